@@ -1,0 +1,237 @@
+"""The analyze stage: validate, infer shapes, build the IR and cost every node.
+
+Follows the per-layer analysis of DNNTune (thesis ch.3): per-op MACs, FLOPs, parameters
+and bytes, and arithmetic intensity, over the graph in execution order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import onnx
+
+from engine.errors import ModelLimitError, ProgressFn
+from engine.graph.costs import OpCost, cost_node
+from engine.graph.ir import PROGRESS_EVERY, Graph, Node, build_graph
+from engine.graph.loader import ModelHeader, ModelSource, check_model, load_model, model_header
+from engine.graph.shapes import apply_input_shapes, format_shape, infer_shapes
+from engine.graph.tensors import Dim, TensorSpec
+from engine.graph.topology import sorted_model
+
+_NO_COST = OpCost(0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Options of :func:`analyze_model`.
+
+    ``input_shapes`` fixes symbolic or dynamic input dimensions, e.g.
+    ``{"input": (1, 3, 224, 224)}``; each must name a model input and match its rank.
+    """
+
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    max_nodes: int = 200_000
+    max_tensor_elements: int = 2**31
+    max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeAnalysis:
+    """One node's shapes and work; ``cost`` is ``None`` when it was not costed."""
+
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    output_shapes: list[list[Dim] | None]
+    cost: OpCost | None
+
+    def to_dict(self) -> dict:
+        cost = self.cost or _NO_COST
+        return {
+            "name": self.name,
+            "op_type": self.op_type,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "output_shapes": self.output_shapes,
+            "macs": cost.macs,
+            "flops": cost.flops,
+            "params": cost.params,
+            "bytes_read": cost.bytes_read,
+            "bytes_written": cost.bytes_written,
+            "intensity": cost.intensity,
+            "costed": self.cost is not None,
+        }
+
+
+@dataclass
+class ModelAnalysis:
+    """Result of :func:`analyze_model`. ``graph`` is the IR, for later stages."""
+
+    header: ModelHeader
+    nodes: int
+    params: int
+    param_bytes: int
+    macs: int
+    flops: int
+    activation_bytes: int
+    ops: dict[str, int]
+    not_costed: list[str]
+    node_list: list[NodeAnalysis]
+    warnings: list[str]
+    analysis_s: float
+    graph: Graph | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        return self.header.inputs
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        return self.header.outputs
+
+    def to_dict(self, *, nodes: bool = True) -> dict:
+        """The stored result JSON; ``nodes=False`` leaves out ``node_list``."""
+        result = {
+            "model": {
+                "ir_version": self.header.ir_version,
+                "opsets": dict(self.header.opsets),
+                "producer": self.header.producer,
+                "graph_name": self.header.graph_name,
+            },
+            "nodes": self.nodes,
+            "params": self.params,
+            "param_bytes": self.param_bytes,
+            "macs": self.macs,
+            "flops": self.flops,
+            "activation_bytes": self.activation_bytes,
+            "ops": dict(self.ops),
+            "not_costed": list(self.not_costed),
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "node_list": [n.to_dict() for n in self.node_list],
+            "warnings": list(self.warnings),
+            "analysis_s": self.analysis_s,
+        }
+        if not nodes:
+            del result["node_list"]
+        return result
+
+
+def analyze_model(
+    source: ModelSource,
+    config: AnalysisConfig = AnalysisConfig(),
+    progress: ProgressFn | None = None,
+) -> ModelAnalysis:
+    """Validate a model and compute its per-node and total work.
+
+    ``source`` is a path, the file's bytes or an ``onnx.ModelProto`` (never modified).
+    Raises :class:`~engine.errors.InvalidModelError`,
+    :class:`~engine.errors.ModelLimitError`, :class:`~engine.errors.UnsupportedModelError`
+    or :class:`~engine.errors.ShapeError`; a :class:`~engine.errors.Cancelled` raised by
+    ``progress`` propagates.
+    """
+    started = time.perf_counter()
+    report = progress or _ignore
+    report(0.0, "loading model")
+    model = load_model(source, max_bytes=config.max_bytes)
+    if len(model.graph.node) > config.max_nodes:
+        raise ModelLimitError(
+            f"the model has {len(model.graph.node)} nodes, more than the limit of "
+            f"{config.max_nodes}"
+        )
+    warnings: list[str] = []
+    model, reordered = sorted_model(model)
+    if reordered:
+        warnings.append("nodes were not in topological order; analyzed in sorted order")
+
+    report(0.1, "inferring shapes")
+    original = None
+    if config.input_shapes:
+        original = model
+        model = _copy(model)
+        warnings += apply_input_shapes(model, config.input_shapes)
+    model, inference_warnings = infer_shapes(model, original=original)
+    warnings += inference_warnings
+
+    report(0.3, "checking model")
+    check_model(model)
+
+    graph = build_graph(model, _scaled(report, 0.4, 0.6))
+    warnings += graph.warnings
+    _check_tensor_sizes(graph, config.max_tensor_elements)
+
+    node_list, not_costed = _cost_nodes(graph, _scaled(report, 0.6, 0.95))
+    params = graph.params()
+    costs = [n.cost for n in node_list if n.cost is not None]
+    if not_costed:
+        kinds = sorted({n.op_type for n in node_list if n.cost is None})
+        warnings.append(f"{len(not_costed)} nodes not costed (op types: {', '.join(kinds)})")
+    report(1.0, "analysis done")
+    return ModelAnalysis(
+        header=model_header(model),
+        nodes=len(graph.nodes),
+        params=sum(t.elements or 0 for t in params),
+        param_bytes=sum(t.bytes or 0 for t in params),
+        macs=sum(c.macs for c in costs),
+        flops=sum(c.flops for c in costs),
+        activation_bytes=sum(
+            t.bytes or 0 for t in graph.tensors.values() if t.producer and not t.is_param
+        ),
+        ops=dict(Counter(n.op_type for n in graph.nodes).most_common()),
+        not_costed=not_costed,
+        node_list=node_list,
+        warnings=warnings,
+        analysis_s=round(time.perf_counter() - started, 4),
+        graph=graph,
+    )
+
+
+def _cost_nodes(graph: Graph, report: ProgressFn) -> tuple[list[NodeAnalysis], list[str]]:
+    node_list = []
+    not_costed = []
+    total = max(len(graph.nodes), 1)
+    for i, node in enumerate(graph.nodes):
+        if i % PROGRESS_EVERY == 0:
+            report(i / total, f"costing: {i}/{len(graph.nodes)} nodes")
+        cost = cost_node(node, graph)
+        if cost is None:
+            not_costed.append(node.name)
+        node_list.append(_node_analysis(node, graph, cost))
+    return node_list, not_costed
+
+
+def _node_analysis(node: Node, graph: Graph, cost: OpCost | None) -> NodeAnalysis:
+    shapes = []
+    for name in node.outputs:
+        shape = graph.tensors[name].shape if name else None
+        shapes.append(None if shape is None else list(shape))
+    return NodeAnalysis(node.name, node.op_type, node.inputs, node.outputs, shapes, cost)
+
+
+def _check_tensor_sizes(graph: Graph, limit: int) -> None:
+    for tensor in graph.tensors.values():
+        elements = tensor.elements
+        if elements is not None and elements > limit:
+            raise ModelLimitError(
+                f"tensor '{tensor.name}' has {elements} elements "
+                f"({format_shape(tensor.shape)}), more than the limit of {limit}",
+                hint="Use smaller input shapes.",
+            )
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _scaled(report: ProgressFn, start: float, end: float) -> ProgressFn:
+    return lambda fraction, message: report(start + (end - start) * fraction, message)
+
+
+def _ignore(fraction: float, message: str) -> None:
+    pass

@@ -1,0 +1,230 @@
+"""Per-operator work: MACs, FLOPs, parameters and bytes moved.
+
+One small function per operator family, registered by op type in ``COST_FUNCTIONS``.
+Conventions (as in DNNTune, thesis ch.3, and the usual profilers): a multiply-accumulate
+is 1 MAC = 2 FLOPs; Conv MACs = N*Cout*Hout*Wout*(Cin/group)*kH*kW (any spatial rank);
+elementwise ops cost one FLOP per output element; data movement costs bytes, not FLOPs.
+Normalization and softmax use fixed per-element counts (see ``_PER_ELEMENT``). An op
+without a cost function, or whose shapes are not all known, is not costed: ``None``,
+never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.graph.ir import Graph, Node
+
+Shape = tuple[int, ...]
+Work = tuple[int, int]
+"""``(macs, flops)`` computed by a cost function."""
+
+
+@dataclass(frozen=True)
+class OpShapes:
+    """Static shapes of one node's tensors; ``None`` marks an omitted optional tensor."""
+
+    inputs: tuple[Shape | None, ...]
+    outputs: tuple[Shape | None, ...]
+    attributes: Mapping[str, Any]
+
+    def input(self, i: int) -> Shape | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    @property
+    def out_elements(self) -> int:
+        return math.prod(self.outputs[0]) if self.outputs and self.outputs[0] else 0
+
+
+CostFn = Callable[[OpShapes], Work | None]
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The work of one node. ``params`` counts elements of its parameter inputs."""
+
+    macs: int
+    flops: int
+    params: int
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def intensity(self) -> float | None:
+        """Arithmetic intensity in FLOPs per byte moved, ``None`` if nothing moves."""
+        moved = self.bytes_read + self.bytes_written
+        return self.flops / moved if moved else None
+
+
+COST_FUNCTIONS: dict[str, CostFn] = {}
+"""Cost function per ONNX op type (default domain)."""
+
+
+def register(*op_types: str) -> Callable[[CostFn], CostFn]:
+    """Register a cost function for ``op_types``."""
+
+    def decorate(fn: CostFn) -> CostFn:
+        for op_type in op_types:
+            COST_FUNCTIONS[op_type] = fn
+        return fn
+
+    return decorate
+
+
+def cost_node(node: Node, graph: Graph) -> OpCost | None:
+    """Return the node's :class:`OpCost`, or ``None`` when it cannot be costed exactly."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    fn = COST_FUNCTIONS.get(node.op_type)
+    if fn is None:
+        return None
+    tensors = graph.tensors
+    inputs = []
+    for name in node.inputs:
+        shape = tensors[name].static_shape if name else None
+        if name and shape is None:
+            return None
+        inputs.append(shape)
+    outputs = []
+    for name in node.outputs:
+        tensor = tensors[name] if name else None
+        shape = tensor.static_shape if tensor else None
+        # An unused optional output (Dropout's mask) may stay uninferred: it is not written.
+        if tensor is not None and shape is None and (tensor.consumers or name in graph.outputs):
+            return None
+        outputs.append(shape)
+    work = fn(OpShapes(tuple(inputs), tuple(outputs), node.attributes))
+    if work is None:
+        return None
+    read = [tensors[n] for n in dict.fromkeys(node.inputs) if n]
+    written = [tensors[n] for n in node.outputs if n]
+    return OpCost(
+        macs=work[0],
+        flops=work[1],
+        params=sum(t.elements or 0 for t in read if t.is_param),
+        bytes_read=sum(t.bytes or 0 for t in read),
+        bytes_written=sum(t.bytes or 0 for t in written),
+    )
+
+
+def _with_bias(macs: int, bias: Shape | None, out_elements: int) -> Work:
+    return macs, 2 * macs + (out_elements if bias is not None else 0)
+
+
+@register("Conv")
+def _conv(s: OpShapes) -> Work | None:
+    weight = s.input(1)
+    if weight is None or not s.outputs[0]:
+        return None
+    # Output elements times one output's receptive field: (Cin/group)*k...
+    macs = s.out_elements * math.prod(weight[1:])
+    return _with_bias(macs, s.input(2), s.out_elements)
+
+
+@register("ConvTranspose")
+def _conv_transpose(s: OpShapes) -> Work | None:
+    x, weight = s.input(0), s.input(1)
+    if x is None or weight is None:
+        return None
+    # Every input element scatters into (Cout/group)*k... outputs.
+    macs = math.prod(x) * math.prod(weight[1:])
+    return _with_bias(macs, s.input(2), s.out_elements)
+
+
+@register("Gemm")
+def _gemm(s: OpShapes) -> Work | None:
+    a = s.input(0)
+    if a is None or len(a) != 2 or not s.outputs[0]:
+        return None
+    k = a[0] if s.attributes.get("transA", 0) else a[1]
+    macs = s.out_elements * k
+    return _with_bias(macs, s.input(2), s.out_elements)
+
+
+@register("MatMul")
+def _matmul(s: OpShapes) -> Work | None:
+    a = s.input(0)
+    if not a or s.outputs[0] is None:
+        return None
+    # Broadcast batch dims and M, N all appear in the output; K is A's last dim.
+    macs = s.out_elements * a[-1]
+    return macs, 2 * macs
+
+
+@register(
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Celu", "Clip", "Cos",
+    "Cosh", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "IsInf", "IsNaN",
+    "LeakyRelu", "Log", "Mish", "Neg", "Not", "PRelu", "Reciprocal", "Relu", "Round", "Selu",
+    "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
+    "ThresholdedRelu", "Add", "And", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+    "BitwiseNot", "Div", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Mod",
+    "Mul", "Or", "Pow", "Sub", "Where", "Xor",
+)  # fmt: skip
+def _elementwise(s: OpShapes) -> Work:
+    return 0, s.out_elements
+
+
+@register("Sum", "Max", "Min", "Mean")
+def _variadic(s: OpShapes) -> Work:
+    present = sum(1 for shape in s.inputs if shape is not None)
+    return 0, max(present - 1, 1) * s.out_elements
+
+
+@register("MaxPool", "AveragePool", "LpPool")
+def _pool(s: OpShapes) -> Work:
+    kernel = s.attributes.get("kernel_shape") or []
+    return 0, s.out_elements * math.prod(kernel)
+
+
+@register(
+    "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "ReduceMean", "ReduceSum", "ReduceMax",
+    "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceSumSquare", "ArgMax", "ArgMin",
+)  # fmt: skip
+def _reduce(s: OpShapes) -> Work | None:
+    x = s.input(0)
+    return None if x is None else (0, math.prod(x))
+
+
+_PER_ELEMENT = {
+    "BatchNormalization": 4,  # (x - mean) / sqrt(var + eps) * scale + bias, folded per channel
+    "InstanceNormalization": 8,  # mean, variance, then normalize and scale
+    "LayerNormalization": 8,
+    "GroupNormalization": 8,
+    "MeanVarianceNormalization": 8,
+    "Softmax": 5,  # max, subtract, exp, sum, divide
+    "LogSoftmax": 5,
+    "Hardmax": 2,
+}
+
+
+def _per_element(count: int) -> CostFn:
+    def cost(s: OpShapes) -> Work:
+        return 0, count * s.out_elements
+
+    return cost
+
+
+for _op, _count in _PER_ELEMENT.items():
+    register(_op)(_per_element(_count))
+
+
+@register("LRN")
+def _lrn(s: OpShapes) -> Work:
+    size = int(s.attributes.get("size", 1))
+    # Square-and-add over the window, then scale, power and divide.
+    return 0, s.out_elements * (2 * size + 3)
+
+
+@register(
+    "Cast", "CastLike", "Compress", "Concat", "Constant", "ConstantOfShape", "DepthToSpace",
+    "Dropout", "Expand", "EyeLike", "Flatten", "Gather", "GatherElements", "GatherND",
+    "Identity", "Pad", "Range", "Reshape", "Resize", "ReverseSequence", "Scatter",
+    "ScatterElements", "ScatterND", "Shape", "Size", "Slice", "SpaceToDepth", "Split",
+    "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze", "Upsample",
+)  # fmt: skip
+def _data_movement(s: OpShapes) -> Work:
+    return 0, 0

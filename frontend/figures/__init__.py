@@ -1,0 +1,1 @@
+"""Plotly figure builders: pure functions from result JSON to a figure dict."""

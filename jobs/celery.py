@@ -1,0 +1,29 @@
+"""The Celery application. Policy that applies to every task lives here and in policy.py."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
+
+app = Celery("workbench")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    result_serializer="json",
+    task_ignore_result=True,  # results live in PostgreSQL (StageResult), not in Celery
+    task_acks_late=True,
+    worker_prefetch_multiplier=1,
+    task_reject_on_worker_lost=False,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    beat_schedule={
+        "reap-stale-stages": {"task": "workbench.reap_stale_stages", "schedule": 10.0},
+    },
+)
+# Imported by the worker after Django is set up (its fixup runs django.setup() first).
+app.conf.imports = ("jobs.tasks",)

@@ -1,0 +1,35 @@
+"""Stage metadata shared by the web and the workers. The code that runs each stage is in
+jobs/runners/ and is imported only by the worker (it pulls in the heavy engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    name: str
+    label: str
+    description: str
+    time_limit_s: int
+
+
+STAGES: dict[str, StageInfo] = {
+    info.name: info
+    for info in (
+        StageInfo(
+            "analyze",
+            "Analyze",
+            "Validate the model, infer shapes, count operators, parameters and FLOPs/MACs.",
+            time_limit_s=15 * 60,
+        ),
+        StageInfo(
+            "profile",
+            "Profile",
+            "Measure whole-model latency with onnxruntime on the worker's CPU "
+            "(warm-up, then repeated until the time window is filled).",
+            time_limit_s=30 * 60,
+        ),
+    )
+}
+STAGE_ORDER: list[str] = list(STAGES)

@@ -1,0 +1,41 @@
+"""Builders for tiny ONNX test graphs, and where the bundled light models are.
+
+A uniquely named module (not ``conftest``) so that test files can import it next to
+other test packages' conftests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+LIGHT_MODELS = sorted(LIGHT_DIR.glob("light_*.onnx"))
+
+
+def value(name: str, shape, dtype: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def weight(name: str, shape, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.ones(shape, dtype=dtype), name)
+
+
+def build(nodes, inputs, outputs, initializers=(), opset: int = 17, domains=()) -> onnx.ModelProto:
+    """A model from nodes and ``(name, shape)`` inputs/outputs (float32 unless a ValueInfo)."""
+
+    def as_value(v):
+        return v if isinstance(v, onnx.ValueInfoProto) else value(*v)
+
+    graph = helper.make_graph(
+        nodes,
+        "test",
+        [as_value(v) for v in inputs],
+        [as_value(v) for v in outputs],
+        list(initializers),
+    )
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)

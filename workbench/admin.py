@@ -1,0 +1,31 @@
+from django.contrib import admin
+
+from workbench.models import Artifact, OnnxModel, Run, StageResult, Target
+
+
+@admin.register(OnnxModel)
+class OnnxModelAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "owner", "size_bytes", "node_count", "created_at"]
+    search_fields = ["name", "sha256"]
+
+
+@admin.register(Target)
+class TargetAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "kind", "version", "owner"]
+
+
+class StageInline(admin.TabularInline):
+    model = StageResult
+    extra = 0
+    fields = ["stage", "status", "progress", "worker", "attempts", "error_code"]
+    readonly_fields = fields
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "model", "target", "owner", "status", "progress", "created_at"]
+    list_filter = ["status"]
+    inlines = [StageInline]
+
+
+admin.site.register(Artifact)

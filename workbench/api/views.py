@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from django.db.models import Q
+from django.shortcuts import get_object_or_404
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from jobs import pipeline
+from workbench.api.errors import error_response
+from workbench.api.serializers import (
+    OnnxModelSerializer,
+    RunCreateSerializer,
+    RunSerializer,
+    StageResultSerializer,
+    TargetSerializer,
+)
+from workbench.models import OnnxModel, Run, Target
+from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
+
+
+class ModelViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    serializer_class = OnnxModelSerializer
+    parser_classes = [MultiPartParser, FormParser]
+
+    def get_queryset(self):
+        return OnnxModel.objects.filter(owner=self.request.user)
+
+    def create(self, request):
+        """Upload: multipart with `file` (the .onnx) and optional `name`."""
+        try:
+            uploaded = request.FILES.get("file")
+            check_not_too_large(request._request)
+            model, created = store_model_upload(
+                uploaded, owner=request.user, name=request.data.get("name", "")
+            )
+        except UploadRejected as e:
+            return error_response(e.code, e.message, e.status)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        return Response(self.get_serializer(model).data, status=code)
+
+    @action(detail=True, methods=["get"])
+    def analysis(self, request, pk=None):
+        model = self.get_object()
+        if model.analysis is None:
+            return error_response(
+                "not_analyzed",
+                "this model has no analysis yet: start a run with the analyze stage",
+                404,
+            )
+        return Response(model.analysis)
+
+
+class TargetViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = TargetSerializer
+
+    def get_queryset(self):
+        user = self.request.user
+        return Target.objects.filter(Q(owner__isnull=True) | Q(owner=user))
+
+
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = RunSerializer
+
+    def get_queryset(self):
+        return (
+            Run.objects.filter(owner=self.request.user)
+            .select_related("target")
+            .prefetch_related("stages")
+        )
+
+    def retrieve(self, request, pk=None):
+        run = self.get_object()
+        if run.is_active:
+            pipeline.reap_stale_stages(run_ids=[run.pk])
+            run = self.get_queryset().get(pk=run.pk)
+        return Response(self.get_serializer(run).data)
+
+    def create(self, request):
+        """Start a run: {"model": id, "target": "host", "stages": ["analyze"], ...}."""
+        serializer = RunCreateSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            run = pipeline.create_run(
+                owner=request.user,
+                model=data["model"],
+                target=data["target"],
+                stages=data["stages"],
+                options=serializer.options(),
+            )
+        except pipeline.PipelineError as e:
+            return error_response("invalid_stages", str(e), 400)
+        run = self.get_queryset().get(pk=run.pk)
+        return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        run = self.get_object()
+        cancelled = pipeline.cancel_run(run)
+        run = self.get_queryset().get(pk=run.pk)
+        body = self.get_serializer(run).data
+        return Response(body, status=status.HTTP_200_OK if cancelled else status.HTTP_409_CONFLICT)
+
+    @action(detail=True, methods=["get"], url_path=r"stages/(?P<stage>[a-z_]+)")
+    def stage(self, request, pk=None, stage=None):
+        run = self.get_object()
+        result = get_object_or_404(run.stages, stage=stage)
+        return Response(StageResultSerializer(result).data)

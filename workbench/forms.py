@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import re
+
+from django import forms
+from django.db.models import Q
+
+from jobs.stages import STAGES
+from workbench.models import Target
+
+_SHAPE = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[x,]\s*\d+)*)\s*$")
+
+
+def parse_shapes(text: str) -> dict[str, list[int]]:
+    """'input=1x3x224x224' lines (or ; separated) -> {"input": [1, 3, 224, 224]}."""
+    shapes: dict[str, list[int]] = {}
+    for item in re.split(r"[;\n]", text or ""):
+        if not item.strip():
+            continue
+        match = _SHAPE.match(item)
+        if not match:
+            raise forms.ValidationError(
+                f"{item.strip()!r} is not NAME=DIMS, for example input=1x3x224x224"
+            )
+        dims = [int(d) for d in re.split(r"\s*[x,]\s*", match.group(2))]
+        if any(d <= 0 for d in dims):
+            raise forms.ValidationError(f"{match.group(1)}: every dimension must be positive")
+        shapes[match.group(1)] = dims
+    return shapes
+
+
+class UploadModelForm(forms.Form):
+    file = forms.FileField(
+        label="ONNX model", widget=forms.ClearableFileInput(attrs={"accept": ".onnx"})
+    )
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
+
+
+class StartRunForm(forms.Form):
+    target = forms.ModelChoiceField(queryset=Target.objects.none(), empty_label=None)
+    stages = forms.MultipleChoiceField(
+        choices=[(s.name, s.label) for s in STAGES.values()],
+        initial=["analyze"],
+        widget=forms.CheckboxSelectMultiple,
+    )
+    input_shapes = forms.CharField(
+        required=False,
+        label="Input shapes",
+        help_text="For symbolic dimensions, e.g. input=1x3x224x224 (one per line).",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    profile_window_s = forms.FloatField(
+        initial=5.0, min_value=0.5, max_value=600, label="Profile time window (s)"
+    )
+
+    def __init__(self, *args, user=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target"].queryset = Target.objects.filter(
+            Q(owner__isnull=True) | Q(owner=user)
+        )
+
+    def clean_input_shapes(self) -> dict[str, list[int]]:
+        return parse_shapes(self.cleaned_data.get("input_shapes", ""))
+
+    def options(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "analyze": {"input_shapes": data["input_shapes"]},
+            "profile": {"window_s": data["profile_window_s"]},
+        }

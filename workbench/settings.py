@@ -1,0 +1,193 @@
+"""Django settings, read from the environment.
+
+Two profiles share this file. With nothing set, the embedded profile runs on one machine
+with no external service: SQLite, a filesystem Celery broker and a SQLite channel layer.
+Production sets DATABASE_URL (PostgreSQL), CELERY_BROKER_URL (RabbitMQ) and REDIS_URL
+(Channels layer); see README "Configuration".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from workbench.env import (
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("WORKBENCH_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    # Embedded runs keep a generated key in var/ so sessions survive restarts.
+    _key_file = VAR_DIR / "secret_key"
+    if not _key_file.exists():
+        import secrets
+
+        _key_file.parent.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = _key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "channels",
+    "workbench",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "workbench.urls"
+ASGI_APPLICATION = "workbench.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "frontend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(
+        env_str("DATABASE_URL", "sqlite:///var/db.sqlite3"), base_dir=BASE_DIR
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "model-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+# plotly.js is served from the plotly package's own bundle: no CDN, no copy in the repo.
+_plotly_dir = Path(importlib.util.find_spec("plotly").submodule_search_locations[0])
+STATICFILES_DIRS = [
+    BASE_DIR / "frontend" / "static",
+    ("plotly", _plotly_dir / "package_data"),
+]
+
+MEDIA_ROOT = Path(env_str("WORKBENCH_MEDIA_ROOT", str(VAR_DIR / "media")))
+MEDIA_URL = "media/"
+
+# Uploads: the size limit is checked while streaming, before anything is kept.
+MAX_UPLOAD_BYTES = env_int("WORKBENCH_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)
+FILE_UPLOAD_HANDLERS = [
+    "workbench.uploads.SizeLimitUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
+FILE_UPLOAD_MAX_MEMORY_SIZE = 4 << 20  # larger uploads stream to a temporary file
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "workbench.api.errors.exception_handler",
+}
+
+# Celery: RabbitMQ in production; a filesystem queue under var/ when embedded.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("queue", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_DEFAULT_QUEUE = env_str("WORKBENCH_QUEUE", "workbench")
+CELERY_TASK_ALWAYS_EAGER = False
+
+# Channels: Redis in production; a SQLite file shared by the web and worker processes
+# when embedded (the in-memory layer cannot cross processes).
+REDIS_URL = env_str("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": env_str("WORKBENCH_CHANNEL_PREFIX", "workbench"),
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "workbench.channel_layers.SQLiteChannelLayer",
+            "CONFIG": {"path": str(VAR_DIR / "channels.sqlite3")},
+        }
+    }
+
+# Run supervision: a stage's worker writes a heartbeat; a stage whose heartbeat is older
+# than RUN_STALE_SECONDS is marked failed (worker lost).
+RUN_HEARTBEAT_SECONDS = env_float("WORKBENCH_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
+RUN_STALE_SECONDS = env_float("WORKBENCH_STALE_SECONDS", 60.0, minimum=1.0)
+PROGRESS_MIN_INTERVAL_SECONDS = env_float("WORKBENCH_PROGRESS_INTERVAL", 0.5, minimum=0.0)
+
+# New accounts get the onnx package's bundled models, analyzed, so there is something to see.
+SAMPLE_MODELS = env_bool("WORKBENCH_SAMPLE_MODELS", True)
+
+# Analysis limits (passed to the engine).
+MAX_MODEL_NODES = env_int("WORKBENCH_MAX_NODES", 200_000, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("WORKBENCH_LOG_LEVEL", "INFO")},
+}
+
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

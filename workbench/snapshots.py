@@ -1,0 +1,37 @@
+"""The JSON view of a run's state, shared by the websocket, the API and the run page."""
+
+from __future__ import annotations
+
+from workbench.models import Run
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_snapshot(run: Run) -> dict:
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "progress": round(run.progress, 4),
+        "error_code": run.error_code,
+        "error_message": run.error_message,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "stages": [
+            {
+                "stage": stage.stage,
+                "status": stage.status,
+                "progress": round(stage.progress, 4),
+                "message": stage.message,
+                "attempts": stage.attempts,
+                "worker": stage.worker,
+                "started_at": _iso(stage.started_at),
+                "finished_at": _iso(stage.finished_at),
+                "error_code": stage.error_code,
+                "error_message": stage.error_message,
+            }
+            for stage in sorted(run.stages.all(), key=lambda s: s.position)
+        ],
+    }

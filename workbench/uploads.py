@@ -1,0 +1,173 @@
+"""Model uploads: stream to a temporary file with a size cap, validate, then keep the bytes
+under their sha256. Nothing is stored for a rejected upload."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.core.files.uploadhandler import FileUploadHandler, SkipFile
+from django.db import IntegrityError, transaction
+
+from engine.errors import EngineError
+from engine.graph import read_header
+from workbench.models import OnnxModel
+
+
+class UploadRejected(ValueError):
+    def __init__(self, message: str, *, code: str = "invalid_upload", status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MB"
+
+
+def too_large_message(size: int | None = None) -> str:
+    limit = settings.MAX_UPLOAD_BYTES
+    seen = f" ({_mb(size)} or more)" if size else ""
+    return (
+        f"the file is larger than the upload limit of {_mb(limit)}{seen}. Simplify or "
+        "quantize the model, or ask the administrator to raise WORKBENCH_MAX_UPLOAD_BYTES."
+    )
+
+
+class SizeLimitUploadHandler(FileUploadHandler):
+    """Refuse an oversized upload while it streams in, before it fills the disk.
+
+    First in settings.FILE_UPLOAD_HANDLERS: it passes chunks through to Django's default
+    handlers and marks the request when the cap is crossed; views then call
+    check_not_too_large().
+    """
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        self.limit = settings.MAX_UPLOAD_BYTES
+        self.seen = 0
+        # Multipart overhead is small; a body much larger than the cap cannot fit.
+        if content_length and content_length > self.limit + (1 << 20):
+            self.request.upload_too_large = content_length
+        return None
+
+    def new_file(self, *args, **kwargs):
+        self.seen = 0
+        if getattr(self.request, "upload_too_large", None):
+            raise SkipFile
+        super().new_file(*args, **kwargs)
+
+    def receive_data_chunk(self, raw_data, start):
+        self.seen += len(raw_data)
+        if self.seen > self.limit:
+            self.request.upload_too_large = self.seen
+            raise SkipFile
+        return raw_data
+
+    def file_complete(self, file_size):
+        return None
+
+
+def check_not_too_large(request) -> None:
+    size = getattr(request, "upload_too_large", None)
+    if size:
+        raise UploadRejected(too_large_message(size), code="file_too_large", status=413)
+
+
+@dataclass
+class StoredBlob:
+    name: str  # storage name, relative to MEDIA_ROOT
+    sha256: str
+    size_bytes: int
+
+
+def _blob_name(sha256: str) -> str:
+    return f"models/{sha256[:2]}/{sha256}.onnx"
+
+
+def _copy_hashing(src: UploadedFile, dst) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    for chunk in src.chunks(1 << 20):
+        size += len(chunk)
+        if size > settings.MAX_UPLOAD_BYTES:
+            raise UploadRejected(too_large_message(size), code="file_too_large", status=413)
+        digest.update(chunk)
+        dst.write(chunk)
+    return digest.hexdigest(), size
+
+
+def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tuple[OnnxModel, bool]:
+    """Validate an uploaded ONNX file and create the owner's OnnxModel for it.
+
+    Returns (model, created): uploading the same bytes again returns the existing model, so
+    a CI pipeline can submit on every commit without piling up copies."""
+    if uploaded is None:
+        raise UploadRejected("no file was sent: attach an .onnx file in the 'file' field")
+    root = Path(settings.MEDIA_ROOT)
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".onnx")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            sha256, size = _copy_hashing(uploaded, tmp)
+        if size == 0:
+            raise UploadRejected("the file is empty (0 bytes): upload an .onnx model file")
+        existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
+        if existing:
+            return existing, False
+        try:
+            header = read_header(tmp_path, max_bytes=settings.MAX_UPLOAD_BYTES)
+        except EngineError as e:
+            raise UploadRejected(e.message, code=e.code) from e
+        blob = root / _blob_name(sha256)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        if not blob.exists():
+            os.replace(tmp_path, blob)
+        model = _create_model_row(
+            owner, name or uploaded.name or "model.onnx", sha256, size, header
+        )
+        return model, True
+    finally:
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)
+
+
+def store_model_file(path: Path, *, owner, name: str, is_sample: bool = False) -> OnnxModel:
+    """Register a model file from disk (sample models); same validation as an upload."""
+    data = path.read_bytes()
+    sha256 = hashlib.sha256(data).hexdigest()
+    existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
+    if existing:
+        return existing
+    header = read_header(str(path), max_bytes=settings.MAX_UPLOAD_BYTES)
+    blob = Path(settings.MEDIA_ROOT) / _blob_name(sha256)
+    if not blob.exists():
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+    return _create_model_row(owner, name, sha256, len(data), header, is_sample=is_sample)
+
+
+def _create_model_row(owner, name, sha256, size, header, *, is_sample=False) -> OnnxModel:
+    info = header.to_dict()
+    try:
+        with transaction.atomic():
+            return OnnxModel.objects.create(
+                owner=owner,
+                name=name[:200],
+                file=_blob_name(sha256),
+                sha256=sha256,
+                size_bytes=size,
+                ir_version=info["ir_version"],
+                opsets=info["opsets"],
+                producer=info.get("producer", "")[:200],
+                node_count=info["node_count"],
+                inputs=info["inputs"],
+                outputs=info["outputs"],
+                is_sample=is_sample,
+            )
+    except IntegrityError:  # the same bytes uploaded twice at once: both get the one row
+        return OnnxModel.objects.get(owner=owner, sha256=sha256)

@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from workbench import views
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="model-list"), name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/token/", views.api_token, name="token"),
+    path("models/", views.model_list, name="model-list"),
+    path("models/<int:pk>/", views.model_detail, name="model-detail"),
+    path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),
+    path("models/<int:pk>/runs/", views.run_create, name="run-create"),
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/<int:pk>/", views.run_detail, name="run-detail"),
+    path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
+    path("targets/", views.target_list, name="target-list"),
+    path("api/v1/", include("workbench.api.urls")),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,189 @@
+"""Server-rendered pages. Thin: authorize, validate, call a service, render."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
+from django.db.models import Q
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from rest_framework.authtoken.models import Token
+
+from frontend.figures.analysis import analysis_figures
+from jobs import pipeline
+from jobs.stages import STAGES
+from workbench.forms import StartRunForm, UploadModelForm
+from workbench.models import OnnxModel, Run, Target
+from workbench.snapshots import run_snapshot
+from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
+
+
+def signup(request):
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user)
+        return redirect("model-list")
+    return render(request, "workbench/signup.html", {"form": form})
+
+
+@login_required
+def model_list(request):
+    form = UploadModelForm()
+    status = 200
+    if request.method == "POST":
+        try:
+            check_not_too_large(request)
+            form = UploadModelForm(request.POST, request.FILES)
+            if form.is_valid():
+                model, created = store_model_upload(
+                    form.cleaned_data["file"], owner=request.user, name=form.cleaned_data["name"]
+                )
+                if not created:
+                    messages.info(request, f"You already uploaded this exact file as {model.name}.")
+                    return redirect("model-detail", pk=model.pk)
+                run = pipeline.create_run(
+                    owner=request.user, model=model, target=_default_target(), stages=["analyze"]
+                )
+                messages.success(
+                    request, f"Uploaded {model.name}; analysis started (run {run.pk})."
+                )
+                return redirect("run-detail", pk=run.pk)
+            status = 400
+        except UploadRejected as e:
+            form.add_error("file", e.message)
+            status = e.status
+    models = OnnxModel.objects.filter(owner=request.user).prefetch_related("runs")
+    return render(
+        request, "workbench/model_list.html", {"models": models, "form": form}, status=status
+    )
+
+
+@login_required
+def model_detail(request, pk: int):
+    model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
+    form = StartRunForm(user=request.user, initial={"target": _default_target()})
+    figures = analysis_figures(model.analysis) if model.analysis else {}
+    return render(
+        request,
+        "workbench/model_detail.html",
+        {
+            "model": model,
+            "analysis": model.analysis,
+            "figures": figures,
+            "runs": model.runs.select_related("target")[:20],
+            "form": form,
+            "top_nodes": _top_nodes(model.analysis),
+        },
+    )
+
+
+@login_required
+@require_POST
+def model_delete(request, pk: int):
+    model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
+    for run in model.runs.filter(status__in=["queued", "running"]):
+        pipeline.cancel_run(run)
+    name = model.name
+    model.delete()
+    messages.success(request, f"Deleted {name}.")
+    return redirect("model-list")
+
+
+@login_required
+@require_POST
+def run_create(request, pk: int):
+    model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
+    form = StartRunForm(request.POST, user=request.user)
+    if not form.is_valid():
+        errors = "; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items())
+        messages.error(request, f"Could not start the run: {errors}")
+        return redirect("model-detail", pk=model.pk)
+    try:
+        run = pipeline.create_run(
+            owner=request.user,
+            model=model,
+            target=form.cleaned_data["target"],
+            stages=form.cleaned_data["stages"],
+            options=form.options(),
+        )
+    except pipeline.PipelineError as e:
+        messages.error(request, f"Could not start the run: {e}")
+        return redirect("model-detail", pk=model.pk)
+    return redirect("run-detail", pk=run.pk)
+
+
+@login_required
+def run_list(request):
+    runs = Run.objects.filter(owner=request.user).select_related("model", "target")[:200]
+    return render(request, "workbench/run_list.html", {"runs": runs})
+
+
+@login_required
+def run_detail(request, pk: int):
+    run = get_object_or_404(
+        Run.objects.select_related("model", "target"), pk=pk, owner=request.user
+    )
+    if run.is_active:
+        pipeline.reap_stale_stages(run_ids=[run.pk])
+        run.refresh_from_db()
+    stages = list(run.stages.all())
+    results = {s.stage: s.result for s in stages if s.result}
+    analysis = results.get("analyze")
+    return render(
+        request,
+        "workbench/run_detail.html",
+        {
+            "run": run,
+            "stages": stages,
+            "stage_info": STAGES,
+            "snapshot": run_snapshot(run),
+            "analysis": analysis,
+            "figures": analysis_figures(analysis) if analysis else {},
+            "profile": results.get("profile"),
+            "top_nodes": _top_nodes(analysis),
+        },
+    )
+
+
+@login_required
+@require_POST
+def run_cancel(request, pk: int):
+    run = get_object_or_404(Run, pk=pk, owner=request.user)
+    if pipeline.cancel_run(run):
+        messages.info(request, f"Run {run.pk} cancelled.")
+    else:
+        messages.warning(request, f"Run {run.pk} had already finished ({run.status}).")
+    return HttpResponseRedirect(reverse("run-detail", args=[run.pk]))
+
+
+@login_required
+def target_list(request):
+    targets = Target.objects.filter(Q(owner__isnull=True) | Q(owner=request.user))
+    return render(request, "workbench/target_list.html", {"targets": targets})
+
+
+@login_required
+def api_token(request):
+    token = Token.objects.filter(user=request.user).first()
+    if request.method == "POST":
+        if token:
+            token.delete()
+        token = Token.objects.create(user=request.user)
+        messages.success(request, "A new API token was created; the old one no longer works.")
+    return render(request, "workbench/token.html", {"token": token})
+
+
+def _default_target() -> Target | None:
+    return Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
+
+
+def _top_nodes(analysis: dict | None, n: int = 15) -> list[dict]:
+    if not analysis:
+        return []
+    nodes = [node for node in analysis.get("node_list", []) if node.get("flops")]
+    return sorted(nodes, key=lambda node: -node["flops"])[:n]
