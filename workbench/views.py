@@ -37,8 +37,8 @@ def model_list(request):
     status = 200
     if request.method == "POST":
         try:
-            check_not_too_large(request)
             form = UploadModelForm(request.POST, request.FILES)
+            check_not_too_large(request)  # after FILES is parsed: the handler sets the flag
             if form.is_valid():
                 model, created = store_model_upload(
                     form.cleaned_data["file"], owner=request.user, name=form.cleaned_data["name"]

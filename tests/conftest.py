@@ -1,0 +1,163 @@
+"""Fixtures shared by the web, jobs, integration and browser tests.
+
+Engine tests (tests/engine) need none of this and run without Django settings.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import onnx
+import pytest
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+SQUEEZENET = LIGHT_DIR / "light_squeezenet.onnx"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.1, what: str = "condition"):
+    """Poll instead of sleeping: return the first truthy value, fail at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("alice", password="alice-pass-123")
+
+
+@pytest.fixture
+def other_user(django_user_model):
+    return django_user_model.objects.create_user("mallory", password="mallory-pass-123")
+
+
+@pytest.fixture(autouse=True)
+def _media_root(request, tmp_path_factory):
+    """Each test gets its own storage directory (only when Django is in play)."""
+    if "settings" not in request.fixturenames and not request.node.get_closest_marker("django_db"):
+        yield
+        return
+    settings = request.getfixturevalue("settings")
+    media = tmp_path_factory.mktemp("media")
+    settings.MEDIA_ROOT = str(media)
+    yield media
+
+
+class ServiceProcess:
+    """A child process (worker, web server) in its own process group, with its log kept."""
+
+    def __init__(self, name: str, args: list[str], env: dict, log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def service_env(settings, **extra: str) -> dict:
+    """Environment for a child process that must see what the test sees: the test
+    database pytest-django created, the same storage, queue and timing settings."""
+    db = settings.DATABASES["default"]
+    env = dict(os.environ)
+    if db["ENGINE"].endswith("postgresql"):
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:"
+            f"{db['PORT'] or 5432}/{db['NAME']}"
+        )
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
+    env["WORKBENCH_MEDIA_ROOT"] = str(settings.MEDIA_ROOT)
+    env["WORKBENCH_QUEUE"] = settings.CELERY_TASK_DEFAULT_QUEUE
+    env["WORKBENCH_HEARTBEAT_SECONDS"] = str(settings.RUN_HEARTBEAT_SECONDS)
+    env["WORKBENCH_STALE_SECONDS"] = str(settings.RUN_STALE_SECONDS)
+    env["WORKBENCH_PROGRESS_INTERVAL"] = str(settings.PROGRESS_MIN_INTERVAL_SECONDS)
+    env["WORKBENCH_SAMPLE_MODELS"] = "0"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def live_settings(settings):
+    """Short heartbeats and a private queue, so worker tests are quick and isolated."""
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"test-{uuid.uuid4().hex[:8]}"
+    settings.RUN_HEARTBEAT_SECONDS = 0.5
+    settings.RUN_STALE_SECONDS = 5.0
+    settings.PROGRESS_MIN_INTERVAL_SECONDS = 0.2
+    return settings
+
+
+@pytest.fixture
+def start_worker(live_settings, transactional_db, tmp_path):
+    """Start real Celery workers (prefork, one process) consuming the test's queue."""
+    started: list[ServiceProcess] = []
+
+    def start() -> ServiceProcess:
+        worker = ServiceProcess(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "jobs",
+                "worker",
+                "-Q",
+                live_settings.CELERY_TASK_DEFAULT_QUEUE,
+                "-c",
+                "1",
+                "-l",
+                "info",
+                "-n",
+                f"test-{uuid.uuid4().hex[:6]}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            service_env(live_settings),
+            tmp_path,
+        )
+        started.append(worker)
+        wait_until(
+            lambda: "ready." in worker.log() or worker.proc.poll() is not None,
+            timeout_s=60,
+            what="the Celery worker to start",
+        )
+        assert worker.proc.poll() is None, f"worker exited:\n{worker.log()}"
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,0 +1,154 @@
+"""A real Celery worker on RabbitMQ, PostgreSQL for state and the Redis channel layer:
+runs go through every layer and their progress arrives over a websocket."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+
+from jobs import pipeline
+from tests.conftest import SQUEEZENET, wait_until
+from workbench.asgi import application
+from workbench.models import Run, StageResult, Target
+from workbench.uploads import store_model_file
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def model(user):
+    return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
+
+
+def start_run(user, model, stages, **options) -> Run:
+    return pipeline.create_run(
+        owner=user,
+        model=model,
+        target=Target.objects.get(name="host"),
+        stages=stages,
+        options={"profile": options},
+    )
+
+
+def stage_status(run: Run, stage: str) -> str:
+    return StageResult.objects.get(run=run, stage=stage).status
+
+
+def ws_client(run_id: int, user) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(
+        application, f"/ws/runs/{run_id}/", headers=[(b"origin", b"http://localhost")]
+    )
+    communicator.scope["user"] = user
+    return communicator
+
+
+async def _watch(user, run_id: int, timeout_s: float) -> list[dict]:
+    communicator = ws_client(run_id, user)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    events = []
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            events.append(await communicator.receive_json_from(timeout=deadline - loop.time()))
+            if events[-1]["run"]["status"] in ("succeeded", "failed", "cancelled"):
+                return events
+    finally:
+        await communicator.disconnect()
+
+
+def test_pipeline_runs_on_a_real_worker_and_streams_progress(start_worker, user, model):
+    start_worker()
+    run = start_run(user, model, ["analyze", "profile"], window_s=1.5)
+    events = async_to_sync(_watch)(user, run.pk, 120)
+
+    assert events[0]["type"] == "snapshot"
+    assert events[-1]["run"]["status"] == "succeeded", events[-1]
+    progress_events = [e for e in events if e["type"] == "progress"]
+    assert progress_events, "no progress event arrived over the websocket"
+    # Live, not just the final state: the profile stage reported partial progress.
+    partial = [
+        s["progress"]
+        for e in progress_events
+        for s in e["run"]["stages"]
+        if s["stage"] == "profile" and s["status"] == "running" and 0 < s["progress"] < 1
+    ]
+    assert partial, "no intermediate progress of the profile stage was streamed"
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert run.model.analysis["params"] == 1_235_496
+    profile = run.stages.get(stage="profile").result
+    assert profile["runs"] >= 10 and profile["latency_ms"]["median"] > 0
+
+
+def test_websocket_refuses_another_users_run(start_worker, user, other_user, model):
+    run = start_run(user, model, ["analyze"])
+
+    async def connect():
+        communicator = ws_client(run.pk, other_user)
+        connected, code = await communicator.connect(timeout=10)
+        await communicator.disconnect()
+        return connected, code
+
+    assert async_to_sync(connect)() == (False, 4404)
+
+
+def test_cancel_stops_a_running_stage(start_worker, user, model):
+    start_worker()
+    run = start_run(user, model, ["profile"], window_s=300)
+    wait_until(
+        lambda: stage_status(run, "profile") == "running",
+        timeout_s=60,
+        what="the profile stage to start",
+    )
+    assert pipeline.cancel_run(Run.objects.get(pk=run.pk))
+    # The worker has one process: a new run can only finish if the cancelled stage let go.
+    follow_up = start_run(user, model, ["analyze"])
+    wait_until(
+        lambda: Run.objects.get(pk=follow_up.pk).status == "succeeded",
+        timeout_s=60,
+        what="the next run to finish after the cancel",
+    )
+    cancelled = Run.objects.get(pk=run.pk)
+    assert cancelled.status == "cancelled"
+    assert stage_status(cancelled, "profile") == "cancelled"
+
+
+def test_a_killed_worker_never_leaves_a_run_running(live_settings, start_worker, user, model):
+    worker = start_worker()
+    run = start_run(user, model, ["profile"], window_s=300)
+    wait_until(
+        lambda: stage_status(run, "profile") == "running",
+        timeout_s=60,
+        what="the profile stage to start",
+    )
+    worker.kill(signal.SIGKILL)
+    worker.proc.wait(timeout=10)
+
+    # Anyone reading the run (page, API, beat) reaps it once the heartbeat is stale.
+    def failed():
+        pipeline.reap_stale_stages()
+        return Run.objects.get(pk=run.pk).status == "failed"
+
+    wait_until(
+        failed,
+        timeout_s=live_settings.RUN_STALE_SECONDS + 15,
+        interval_s=0.5,
+        what="the run to be marked failed",
+    )
+    run.refresh_from_db()
+    assert run.error_code == "worker_lost"
+    # A new worker picking up the redelivered message must not resurrect the stage.
+    start_worker()
+    follow_up = start_run(user, model, ["analyze"])
+    wait_until(
+        lambda: Run.objects.get(pk=follow_up.pk).status == "succeeded",
+        timeout_s=60,
+        what="a fresh worker to process new runs",
+    )
+    assert Run.objects.get(pk=run.pk).status == "failed"

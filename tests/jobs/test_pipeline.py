@@ -1,0 +1,132 @@
+"""The run state machine, driven in-process (the real worker is in tests/integration)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from engine.errors import Cancelled
+from jobs import pipeline
+from jobs.progress import ProgressSink
+from jobs.tasks import run_stage
+from tests.conftest import SQUEEZENET
+from workbench.models import OnnxModel, Run, StageResult, Target
+from workbench.uploads import store_model_file
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def enqueued(monkeypatch):
+    sent: list[StageResult] = []
+    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
+    return sent
+
+
+@pytest.fixture
+def model(user):
+    return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
+
+
+def make_run(user, model, stages, options=None, capture=None) -> Run:
+    with capture(execute=True):
+        return pipeline.create_run(
+            owner=user,
+            model=model,
+            target=Target.objects.get(name="host"),
+            stages=stages,
+            options=options,
+        )
+
+
+def test_stages_run_in_order_and_the_run_succeeds(
+    user, model, enqueued, django_capture_on_commit_callbacks
+):
+    run = make_run(
+        user, model, ["profile"], {"profile": {"window_s": 0.2}}, django_capture_on_commit_callbacks
+    )
+    assert [s.stage for s in enqueued] == ["analyze"]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_stage.apply(args=[enqueued[0].pk]).get() == "succeeded"
+    assert [s.stage for s in enqueued] == ["analyze", "profile"]
+    run.refresh_from_db()
+    assert run.status == "running"
+    assert 0.4 < run.progress < 0.6
+    assert OnnxModel.objects.get(pk=model.pk).analysis["macs"] == 349_151_936
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_stage.apply(args=[enqueued[1].pk]).get() == "succeeded"
+    run.refresh_from_db()
+    assert (run.status, run.progress) == ("succeeded", 1.0)
+    profile = run.stages.get(stage="profile").result
+    assert profile["measured"] is True
+    assert profile["runs"] >= 10
+    assert profile["latency_ms"]["median"] > 0
+    assert profile["environment"]["runtime"].startswith("onnxruntime")
+
+
+def test_a_bad_model_fails_the_stage_and_skips_the_rest(
+    user, model, enqueued, django_capture_on_commit_callbacks, settings
+):
+    run = make_run(user, model, ["profile"], None, django_capture_on_commit_callbacks)
+    # Corrupt the stored bytes behind the validated upload: analyze must say what failed.
+    Path(model.file.path).write_bytes(b"\x00garbage")
+    assert run_stage.apply(args=[enqueued[0].pk]).get() == "failed"
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error_code == "invalid_model"
+    assert "ONNX" in run.error_message
+    assert run.stages.get(stage="profile").status == "skipped"
+
+
+def test_cancelled_run_is_never_claimed(user, model, enqueued, django_capture_on_commit_callbacks):
+    run = make_run(user, model, ["analyze"], None, django_capture_on_commit_callbacks)
+    assert pipeline.cancel_run(run)
+    assert run_stage.apply(args=[enqueued[0].pk]).get() == "not claimed"
+    assert run.stages.get().status == "cancelled"
+    assert not pipeline.cancel_run(run)
+
+
+def test_progress_sink_stops_a_cancelled_stage(
+    user, model, enqueued, django_capture_on_commit_callbacks
+):
+    run = make_run(user, model, ["analyze"], None, django_capture_on_commit_callbacks)
+    stage = pipeline.claim_stage(enqueued[0].pk, worker="w1")
+    sink = ProgressSink(stage.pk, run.pk)
+    sink(0.3, "working")
+    assert StageResult.objects.get(pk=stage.pk).progress == pytest.approx(0.3)
+    pipeline.cancel_run(run)
+    with pytest.raises(Cancelled):
+        sink(0.6, "still working")
+    # A late finish from the cancelled worker must not overwrite the verdict.
+    assert not pipeline.finish_stage(stage, result={"late": True})
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
+def test_a_stage_whose_worker_died_is_reaped(
+    user, model, enqueued, django_capture_on_commit_callbacks, settings
+):
+    run = make_run(user, model, ["profile"], None, django_capture_on_commit_callbacks)
+    stage = pipeline.claim_stage(enqueued[0].pk, worker="celery@lost-host")
+    assert pipeline.reap_stale_stages() == 0  # fresh heartbeat: alive
+    StageResult.objects.filter(pk=stage.pk).update(
+        heartbeat_at=timezone.now() - timedelta(seconds=settings.RUN_STALE_SECONDS + 1)
+    )
+    assert pipeline.reap_stale_stages() == 1
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error_code == "worker_lost"
+    assert "lost-host" in run.error_message
+    assert run.stages.get(stage="profile").status == "skipped"
+
+
+def test_redelivered_message_does_not_run_a_live_stage_twice(
+    user, model, enqueued, django_capture_on_commit_callbacks
+):
+    make_run(user, model, ["analyze"], None, django_capture_on_commit_callbacks)
+    assert pipeline.claim_stage(enqueued[0].pk, worker="w1") is not None
+    assert pipeline.claim_stage(enqueued[0].pk, worker="w2") is None

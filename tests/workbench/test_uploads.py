@@ -1,0 +1,120 @@
+"""Uploads through the API and the browser form: good files stored once, bad files refused
+with a message and nothing kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from tests.conftest import SQUEEZENET
+from workbench.models import OnnxModel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def upload(api, data: bytes, name: str = "m.onnx"):
+    return api.post(
+        "/api/v1/models/",
+        {"file": SimpleUploadedFile(name, data), "name": name},
+        format="multipart",
+    )
+
+
+def stored_files(media: Path) -> list[Path]:
+    return (
+        [p for p in (media / "models").rglob("*") if p.is_file()]
+        if (media / "models").exists()
+        else []
+    )
+
+
+def test_upload_stores_model_content_addressed_and_once(api, _media_root):
+    data = SQUEEZENET.read_bytes()
+    first = upload(api, data, "squeezenet.onnx")
+    assert first.status_code == 201, first.json()
+    body = first.json()
+    assert body["node_count"] == 105
+    assert body["inputs"][0]["shape"] == [1, 3, 224, 224]
+    assert body["opsets"] == {"ai.onnx": 9}
+    again = upload(api, data, "copy.onnx")
+    assert again.status_code == 200
+    assert again.json()["id"] == body["id"]
+    files = stored_files(_media_root)
+    assert [f.name for f in files] == [f"{body['sha256']}.onnx"]
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "empty"),
+        (b"this is a text file, not a model\n" * 10, "not an ONNX model"),
+        (SQUEEZENET.read_bytes()[:7000], ""),  # truncated mid-graph
+    ],
+    ids=["empty", "not-onnx", "truncated"],
+)
+def test_bad_files_are_refused_with_a_message_and_nothing_kept(api, _media_root, data, fragment):
+    response = upload(api, data)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"]
+    assert fragment in error["message"]
+    assert OnnxModel.objects.count() == 0
+    assert stored_files(_media_root) == []
+
+
+def test_oversized_upload_is_refused_before_it_is_kept(api, settings, _media_root):
+    settings.MAX_UPLOAD_BYTES = 4096
+    response = upload(api, SQUEEZENET.read_bytes())
+    assert response.status_code == 413
+    assert "upload limit" in response.json()["error"]["message"]
+    assert OnnxModel.objects.count() == 0
+    assert stored_files(_media_root) == []
+
+
+def test_missing_file_field_is_a_clear_error(api):
+    response = api.post("/api/v1/models/", {"name": "x"}, format="multipart")
+    assert response.status_code == 400
+    assert "no file" in response.json()["error"]["message"]
+
+
+def test_browser_upload_shows_the_error_on_the_page(client, user, _media_root):
+    client.force_login(user)
+    response = client.post("/models/", {"file": SimpleUploadedFile("notes.onnx", b"garbage" * 100)})
+    assert response.status_code == 400
+    assert "not an ONNX model" in response.content.decode()
+    assert OnnxModel.objects.count() == 0
+
+
+def test_browser_oversized_upload_shows_the_limit(client, user, settings):
+    settings.MAX_UPLOAD_BYTES = 1000
+    client.force_login(user)
+    response = client.post("/models/", {"file": SimpleUploadedFile("big.onnx", b"x" * 50_000)})
+    assert response.status_code == 413
+    assert "upload limit" in response.content.decode()
+
+
+def test_browser_upload_starts_an_analysis_run(
+    client, user, django_capture_on_commit_callbacks, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
+    client.force_login(user)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            "/models/", {"file": SimpleUploadedFile("sq.onnx", SQUEEZENET.read_bytes())}
+        )
+    assert response.status_code == 302
+    model = OnnxModel.objects.get()
+    run = model.runs.get()
+    assert response["Location"] == f"/runs/{run.pk}/"
+    assert [s.stage for s in sent] == ["analyze"]
