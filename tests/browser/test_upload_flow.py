@@ -1,0 +1,101 @@
+"""A person's path through the workbench in headless Chromium: sign in, upload a model,
+watch the run progress live, read the analysis; a bad file gets a readable error."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import free_port
+from tests.conftest import SQUEEZENET, ServiceProcess, service_env, wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def web(live_settings, start_worker, tmp_path):
+    start_worker()
+    port = free_port()
+    server = ServiceProcess(
+        "web",
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "workbench.asgi:application",
+        ],
+        service_env(live_settings),
+        tmp_path,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(url + "/accounts/login/", timeout=2)
+            return True
+        except OSError:
+            assert server.proc.poll() is None, server.log()
+            return False
+
+    wait_until(answers, timeout_s=60, what="the web server")
+    yield url
+    server.stop()
+
+
+def sign_in(page, url: str) -> None:
+    page.goto(url + "/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "alice-pass-123")
+    page.click("button[type=submit]")
+    expect(page.get_by_role("heading", name="Upload a model")).to_be_visible()
+
+
+def test_upload_a_model_and_watch_the_run_finish(user, web, page):
+    sign_in(page, web)
+    page.set_input_files("#id_file", str(SQUEEZENET))
+    page.click("#upload-form button[type=submit]")
+    # The run page opens at once and follows the run over the websocket.
+    expect(page.locator("#run")).to_be_visible()
+    expect(page.locator("#run-status")).to_have_text("succeeded", timeout=60_000)
+    # On success the page shows the analysis with its figures drawn by plotly.js.
+    expect(page.locator("#fact-params")).to_have_text("1.24 M", timeout=15_000)
+    expect(page.locator("#fact-nodes")).to_have_text("105")
+    expect(page.locator("#fig-ops .main-svg").first).to_be_visible()
+    expect(page.locator("#fig-flops-node .main-svg").first).to_be_visible()
+    assert "Counted from the graph" in page.locator("#analysis .provenance").inner_text()
+
+
+def test_progress_updates_live_and_cancel_works(user, web, page):
+    sign_in(page, web)
+    page.set_input_files("#id_file", str(SQUEEZENET))
+    page.click("#upload-form button[type=submit]")
+    expect(page.locator("#run-status")).to_have_text("succeeded", timeout=60_000)
+    # Start a long profile from the model page and cancel it while it runs.
+    page.click("#run h1 a")  # the model's name links back to its page
+    page.check("input[value=profile]")
+    page.fill("#id_profile_window_s", "300")
+    page.click("#run-form button[type=submit]")
+    expect(page.locator("#live")).to_have_text("live", timeout=15_000)
+    profile_row = page.locator("tr[data-stage=profile]")
+    expect(profile_row.locator("[data-field=status]")).to_have_text("running", timeout=60_000)
+    # The bar moves without a reload: wait for a non-zero percentage pushed by the server.
+    expect(profile_row.locator("[data-field=pct]")).not_to_have_text("0%", timeout=30_000)
+    page.click("#cancel-button")
+    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)
+
+
+def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
+    bad = tmp_path / "notes.onnx"
+    bad.write_text("definitely not a protobuf\n" * 20)
+    sign_in(page, web)
+    page.set_input_files("#id_file", str(bad))
+    page.click("#upload-form button[type=submit]")
+    expect(page.get_by_role("alert")).to_contain_text("not an ONNX model")
+    expect(page.locator("text=No models yet")).to_be_visible()
