@@ -22,6 +22,7 @@ from workbench.env import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("WORKBENCH_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
@@ -31,7 +32,6 @@ if not SECRET_KEY:
     if not _key_file.exists():
         import secrets
 
-        _key_file.parent.mkdir(parents=True, exist_ok=True)
         _key_file.write_text(secrets.token_urlsafe(50))
     SECRET_KEY = _key_file.read_text().strip()
 
@@ -82,7 +82,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_from_url(
-        env_str("DATABASE_URL", "sqlite:///var/db.sqlite3"), base_dir=BASE_DIR
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), base_dir=BASE_DIR
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
