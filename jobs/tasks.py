@@ -7,13 +7,14 @@ import socket
 import traceback
 
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_ready
+from celery.signals import celeryd_after_setup, worker_ready
 
 from engine.errors import Cancelled, EngineError
 from jobs import pipeline
 from jobs.celery import app
 from jobs.policy import TRANSIENT_ERRORS, WorkbenchTask
 from jobs.progress import Heartbeat, ProgressSink
+from jobs.registry import machine_queue, register_machine
 from jobs.runners import RUNNERS
 from jobs.stages import STAGES
 
@@ -64,7 +65,14 @@ def reap_stale_stages() -> int:
     return pipeline.reap_stale_stages()
 
 
+@celeryd_after_setup.connect
+def _consume_machine_queue(sender, instance, **_kwargs) -> None:
+    # Runs on this machine's measured target are routed here and only here.
+    instance.app.amqp.queues.select_add(machine_queue())
+
+
 @worker_ready.connect
-def _reap_on_start(**_kwargs) -> None:
+def _on_worker_ready(**_kwargs) -> None:
     # A worker that restarts after a crash fails its predecessor's orphans right away.
     pipeline.reap_stale_stages()
+    register_machine()

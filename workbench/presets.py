@@ -1,32 +1,36 @@
-"""Built-in targets, created after every migrate so a fresh database has them."""
+"""Built-in targets: created after every migrate, refreshed by each worker at start-up."""
 
 from __future__ import annotations
+
+from django.db import transaction
 
 from engine.targets.host import host_target_profile
 from workbench.models import Target
 
 
+def upsert_builtin_target(profile: dict) -> Target:
+    """Create a built-in target, or a new version of it when its profile changed (so runs
+    keep pointing at the profile they were made with)."""
+    with transaction.atomic():
+        current = (
+            Target.objects.select_for_update()
+            .filter(owner__isnull=True, name=profile["name"])
+            .order_by("-version")
+            .first()
+        )
+        if current is not None and current.profile == profile:
+            return current
+        return Target.objects.create(
+            name=profile["name"],
+            kind=profile["kind"],
+            description=profile.get("description", ""),
+            profile=profile,
+            version=current.version + 1 if current else 1,
+        )
+
+
 def ensure_presets() -> list[Target]:
-    profile = host_target_profile()
-    host = Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
-    if host is None:
-        host = Target.objects.create(
-            name="host",
-            kind=Target.Kind.MEASURED,
-            description=profile["description"],
-            profile=profile,
-            version=1,
-        )
-    elif host.profile.get("machine") != profile["machine"]:
-        # The machine changed (new worker hardware): keep history, add a version.
-        host = Target.objects.create(
-            name="host",
-            kind=Target.Kind.MEASURED,
-            description=profile["description"],
-            profile=profile,
-            version=host.version + 1,
-        )
-    return [host]
+    return [upsert_builtin_target(host_target_profile())]
 
 
 def on_post_migrate(sender, **kwargs) -> None:

@@ -152,3 +152,34 @@ def test_a_killed_worker_never_leaves_a_run_running(live_settings, start_worker,
         what="a fresh worker to process new runs",
     )
     assert Run.objects.get(pk=run.pk).status == "failed"
+
+
+def test_a_worker_registers_its_machine_and_measures_runs_sent_to_it(
+    live_settings, start_worker, user, model
+):
+    import socket
+
+    start_worker()
+    name = f"cpu@{socket.gethostname()}"
+    target = wait_until(
+        lambda: Target.objects.filter(name=name).first(),
+        timeout_s=30,
+        what="the worker to register its machine",
+    )
+    assert target.kind == "measured"
+    assert target.profile["queue"].startswith(live_settings.CELERY_TASK_DEFAULT_QUEUE)
+    assert target.profile["machine"]["logical_cores"] >= 1
+    run = pipeline.create_run(
+        owner=user,
+        model=model,
+        target=target,
+        stages=["profile"],
+        options={"profile": {"window_s": 0.5}},
+    )
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status == "succeeded",
+        timeout_s=60,
+        what="the run on the registered machine",
+    )
+    profile = run.stages.get(stage="profile").result
+    assert profile["environment"]["machine"]["hostname"] == socket.gethostname()
