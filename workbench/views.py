@@ -13,9 +13,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
-from frontend.figures.analysis import analysis_figures
+from frontend.presenters import present
 from jobs import pipeline
-from jobs.stages import STAGES
 from workbench.forms import StartRunForm, UploadModelForm
 from workbench.models import OnnxModel, Run, Target
 from workbench.snapshots import run_snapshot
@@ -67,17 +66,17 @@ def model_list(request):
 def model_detail(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
     form = StartRunForm(user=request.user, initial={"target": _default_target()})
-    figures = analysis_figures(model.analysis) if model.analysis else {}
+    shown = present("analyze", model.analysis) or {}
     return render(
         request,
         "workbench/model_detail.html",
         {
             "model": model,
             "analysis": model.analysis,
-            "figures": figures,
+            "figures": shown.get("figures", {}),
+            "top_nodes": shown.get("top_nodes", []),
             "runs": model.runs.select_related("target")[:20],
             "form": form,
-            "top_nodes": _top_nodes(model.analysis),
         },
     )
 
@@ -132,20 +131,15 @@ def run_detail(request, pk: int):
         pipeline.reap_stale_stages(run_ids=[run.pk])
         run.refresh_from_db()
     stages = list(run.stages.all())
-    results = {s.stage: s.result for s in stages if s.result}
-    analysis = results.get("analyze")
+    presentations = [present(s.stage, s.result) for s in stages if s.status == "succeeded"]
     return render(
         request,
         "workbench/run_detail.html",
         {
             "run": run,
             "stages": stages,
-            "stage_info": STAGES,
             "snapshot": run_snapshot(run),
-            "analysis": analysis,
-            "figures": analysis_figures(analysis) if analysis else {},
-            "profile": results.get("profile"),
-            "top_nodes": _top_nodes(analysis),
+            "presentations": [p for p in presentations if p],
         },
     )
 
@@ -180,10 +174,3 @@ def api_token(request):
 
 def _default_target() -> Target | None:
     return Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
-
-
-def _top_nodes(analysis: dict | None, n: int = 15) -> list[dict]:
-    if not analysis:
-        return []
-    nodes = [node for node in analysis.get("node_list", []) if node.get("flops")]
-    return sorted(nodes, key=lambda node: -node["flops"])[:n]
