@@ -7,6 +7,7 @@ failed, was cancelled, or broke a --max-* threshold (so a CI job can tell them a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -57,6 +58,17 @@ class Api:
                 f"cannot reach the workbench at {self.base}: {e.reason}", EXIT_INTERNAL
             ) from e
 
+    def request_bytes(self, method: str, path: str) -> bytes:
+        headers = {"Authorization": f"Token {self.token}"} if self.token else {}
+        req = urllib.request.Request(self.base + path, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=600) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as e:
+            raise ClientError(f"{method} {path} -> HTTP {e.code}", EXIT_BAD_INPUT) from e
+        except urllib.error.URLError as e:
+            raise ClientError(f"cannot reach the workbench: {e.reason}", EXIT_INTERNAL) from e
+
     def post_json(self, path: str, payload: dict):
         return self.request(
             "POST", path, body=json.dumps(payload).encode(), content_type="application/json"
@@ -76,7 +88,7 @@ class Api:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register submit, wait and result on the `workbench` parser."""
+    """Register submit, wait, result and download on the `workbench` parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get("WORKBENCH_URL", "http://127.0.0.1:8000"))
     common.add_argument(
@@ -118,6 +130,42 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     result.add_argument("stage")
     result.add_argument("--out", type=Path, help="write the JSON to this file")
     result.set_defaults(func=_guard(_result))
+
+
+def _download(args) -> int:
+    api = Api(args.url, args.token)
+    artifacts = api.request("GET", f"runs/{args.run}/artifacts/")
+    wanted = [a for a in artifacts if not args.stage or a["stage"] == args.stage]
+    if not wanted:
+        raise ClientError(
+            f"run {args.run} has no artifacts" + (f" from {args.stage}" if args.stage else "")
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for artifact in wanted:
+        data = api.request_bytes("GET", f"artifacts/{artifact['id']}/download/")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != artifact["sha256"]:
+            raise ClientError(
+                f"{artifact['name']}: sha256 mismatch ({digest} != {artifact['sha256']})",
+                EXIT_INTERNAL,
+            )
+        path = args.out / artifact["name"]
+        path.write_bytes(data)
+        saved.append(
+            {
+                "name": artifact["name"],
+                "path": str(path),
+                "sha256": digest,
+                "stage": artifact["stage"],
+            }
+        )
+    _emit(
+        args,
+        {"run": args.run, "artifacts": saved},
+        "\n".join(f"{a['path']}  sha256 {a['sha256']}" for a in saved),
+    )
+    return EXIT_OK
 
 
 def _submit(args) -> int:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -161,3 +163,43 @@ def start_worker(live_settings, transactional_db, tmp_path):
     yield start
     for worker in started:
         worker.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def web(live_settings, start_worker, tmp_path):
+    start_worker()
+    port = free_port()
+    server = ServiceProcess(
+        "web",
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "workbench.asgi:application",
+        ],
+        service_env(live_settings),
+        tmp_path,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            urllib.request.urlopen(url + "/accounts/login/", timeout=2)
+            return True
+        except OSError:
+            assert server.proc.poll() is None, server.log()
+            return False
+
+    wait_until(answers, timeout_s=60, what="the web server")
+    yield url
+    server.stop()

@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
+    path("artifacts/<int:pk>/download/", views.artifact_download, name="artifact-download"),
     path("targets/", views.target_list, name="target-list"),
     path("api/v1/", include("workbench.api.urls")),
     path("admin/", admin.site.urls),

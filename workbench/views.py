@@ -15,8 +15,9 @@ from rest_framework.authtoken.models import Token
 
 from frontend.presenters import present
 from jobs import pipeline
+from workbench.downloads import artifact_response
 from workbench.forms import StartRunForm, UploadModelForm
-from workbench.models import OnnxModel, Run, Target
+from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import run_snapshot
 from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
 
@@ -140,8 +141,15 @@ def run_detail(request, pk: int):
             "stages": stages,
             "snapshot": run_snapshot(run),
             "presentations": [p for p in presentations if p],
+            "artifacts": run.artifacts.all(),
         },
     )
+
+
+@login_required
+def artifact_download(request, pk: int):
+    artifact = get_object_or_404(Artifact, pk=pk, run__owner=request.user)
+    return artifact_response(artifact)
 
 
 @login_required

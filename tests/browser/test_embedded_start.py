@@ -13,8 +13,7 @@ import onnx
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import free_port
-from tests.conftest import ROOT, SQUEEZENET, wait_until
+from tests.conftest import ROOT, SQUEEZENET, free_port, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

@@ -3,50 +3,12 @@ watch the run progress live, read the analysis; a bad file gets a readable error
 
 from __future__ import annotations
 
-import sys
-import urllib.request
-
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import free_port
-from tests.conftest import SQUEEZENET, ServiceProcess, service_env, wait_until
+from tests.conftest import SQUEEZENET
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def web(live_settings, start_worker, tmp_path):
-    start_worker()
-    port = free_port()
-    server = ServiceProcess(
-        "web",
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "workbench.asgi:application",
-        ],
-        service_env(live_settings),
-        tmp_path,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            urllib.request.urlopen(url + "/accounts/login/", timeout=2)
-            return True
-        except OSError:
-            assert server.proc.poll() is None, server.log()
-            return False
-
-    wait_until(answers, timeout_s=60, what="the web server")
-    yield url
-    server.stop()
 
 
 def sign_in(page, url: str) -> None:

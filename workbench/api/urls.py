@@ -8,6 +8,7 @@ router = DefaultRouter()
 router.register("models", views.ModelViewSet, basename="api-model")
 router.register("targets", views.TargetViewSet, basename="api-target")
 router.register("runs", views.RunViewSet, basename="api-run")
+router.register("artifacts", views.ArtifactViewSet, basename="api-artifact")
 
 urlpatterns = [
     path("auth/token/", obtain_auth_token, name="api-token"),

@@ -10,13 +10,15 @@ from rest_framework.response import Response
 from jobs import pipeline
 from workbench.api.errors import error_response
 from workbench.api.serializers import (
+    ArtifactSerializer,
     OnnxModelSerializer,
     RunCreateSerializer,
     RunSerializer,
     StageResultSerializer,
     TargetSerializer,
 )
-from workbench.models import OnnxModel, Run, Target
+from workbench.downloads import artifact_response
+from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
 
 
@@ -108,8 +110,24 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = self.get_serializer(run).data
         return Response(body, status=status.HTTP_200_OK if cancelled else status.HTTP_409_CONFLICT)
 
+    @action(detail=True, methods=["get"])
+    def artifacts(self, request, pk=None):
+        run = self.get_object()
+        return Response(ArtifactSerializer(run.artifacts.all(), many=True).data)
+
     @action(detail=True, methods=["get"], url_path=r"stages/(?P<stage>[a-z_]+)")
     def stage(self, request, pk=None, stage=None):
         run = self.get_object()
         result = get_object_or_404(run.stages, stage=stage)
         return Response(StageResultSerializer(result).data)
+
+
+class ArtifactViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = ArtifactSerializer
+
+    def get_queryset(self):
+        return Artifact.objects.filter(run__owner=self.request.user)
+
+    @action(detail=True, methods=["get"])
+    def download(self, request, pk=None):
+        return artifact_response(self.get_object())

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.http import FileResponse, Http404
+
+from workbench.models import Artifact
+
+
+def artifact_response(artifact: Artifact) -> FileResponse:
+    """Stream an artifact with its sha256 in a header, so clients can verify it."""
+    try:
+        handle = artifact.file.open("rb")
+    except FileNotFoundError as e:
+        raise Http404("the artifact's file is missing from storage") from e
+    response = FileResponse(handle, as_attachment=True, filename=artifact.name)
+    response["X-Content-SHA256"] = artifact.sha256
+    return response
