@@ -3,15 +3,21 @@ a copy to the channel group, and cancellation surfaced as engine.errors.Cancelle
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 import time
 
+from billiard.process import current_process
 from django.conf import settings
 from django.db import close_old_connections
 
 from engine.errors import Cancelled
 from jobs import pipeline
 from jobs.events import publish_run
+
+log = logging.getLogger(__name__)
 
 
 class ProgressSink:
@@ -39,8 +45,21 @@ class ProgressSink:
         publish_run(self.run_id)
 
 
+def _in_pool_child() -> bool:
+    return current_process().name.startswith("ForkPoolWorker")
+
+
+def hard_stop() -> None:
+    """End this pool process: Celery's parent replaces it. Only used for a cancelled stage
+    stuck in native code (one long inference, a compiler call) that never reports back."""
+    log.warning("cancelled stage did not stop within the grace period; ending pool process")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Heartbeat:
-    """Background thread that proves the worker is alive while a stage runs."""
+    """Background thread that proves the worker is alive while a stage runs, and notices
+    when the stage was cancelled: it tells the sink, then ends the pool process if the
+    stage does not return within RUN_CANCEL_GRACE_SECONDS."""
 
     def __init__(self, stage_id: int, sink: ProgressSink) -> None:
         self.stage_id = stage_id
@@ -56,11 +75,16 @@ class Heartbeat:
                 close_old_connections()
                 if not pipeline.beat(self.stage_id):
                     self.sink.stop()
-                    return
+                    break
+            else:
+                return
         finally:
             from django.db import connection
 
             connection.close()
+        # Cancelled: the stage raises at its next progress report, unless it is stuck.
+        if not self._done.wait(settings.RUN_CANCEL_GRACE_SECONDS) and _in_pool_child():
+            hard_stop()
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

@@ -107,6 +107,7 @@ def service_env(settings, **extra: str) -> dict:
     env["WORKBENCH_HEARTBEAT_SECONDS"] = str(settings.RUN_HEARTBEAT_SECONDS)
     env["WORKBENCH_STALE_SECONDS"] = str(settings.RUN_STALE_SECONDS)
     env["WORKBENCH_PROGRESS_INTERVAL"] = str(settings.PROGRESS_MIN_INTERVAL_SECONDS)
+    env["WORKBENCH_CANCEL_GRACE_SECONDS"] = str(settings.RUN_CANCEL_GRACE_SECONDS)
     env["WORKBENCH_SAMPLE_MODELS"] = "0"
     env.update(extra)
     return env
@@ -119,6 +120,7 @@ def live_settings(settings):
     settings.RUN_HEARTBEAT_SECONDS = 0.5
     settings.RUN_STALE_SECONDS = 5.0
     settings.PROGRESS_MIN_INTERVAL_SECONDS = 0.2
+    settings.RUN_CANCEL_GRACE_SECONDS = 2.0
     return settings
 
 

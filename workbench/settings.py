@@ -174,6 +174,8 @@ else:
 # than RUN_STALE_SECONDS is marked failed (worker lost).
 RUN_HEARTBEAT_SECONDS = env_float("WORKBENCH_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
 RUN_STALE_SECONDS = env_float("WORKBENCH_STALE_SECONDS", 60.0, minimum=1.0)
+# A cancelled stage stuck in native code is stopped (its pool process ended) after this.
+RUN_CANCEL_GRACE_SECONDS = env_float("WORKBENCH_CANCEL_GRACE_SECONDS", 10.0, minimum=0.0)
 PROGRESS_MIN_INTERVAL_SECONDS = env_float("WORKBENCH_PROGRESS_INTERVAL", 0.5, minimum=0.0)
 
 # New accounts get the onnx package's bundled models, analyzed, so there is something to see.

@@ -183,3 +183,48 @@ def test_a_worker_registers_its_machine_and_measures_runs_sent_to_it(
     )
     profile = run.stages.get(stage="profile").result
     assert profile["environment"]["machine"]["hostname"] == socket.gethostname()
+
+
+def slow_model(path, matmuls: int = 300, n: int = 2048):
+    """One inference takes about a minute on two cores: a stage stuck in native code."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.eye(n, dtype=np.float32), "W")
+    nodes, prev = [], "x"
+    for i in range(matmuls):
+        nodes.append(helper.make_node("MatMul", [prev, "W"], [f"y{i}"]))
+        prev = f"y{i}"
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [n, n])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_cancel_stops_a_stage_stuck_in_native_code(live_settings, start_worker, user, tmp_path):
+    start_worker()
+    model = store_model_file(slow_model(tmp_path / "slow.onnx"), owner=user, name="slow.onnx")
+    run = start_run(user, model, ["profile"], window_s=1)
+    wait_until(
+        lambda: "warm-up" in StageResult.objects.get(run=run, stage="profile").message,
+        timeout_s=60,
+        what="the first (minute-long) inference to start",
+    )
+    assert pipeline.cancel_run(Run.objects.get(pk=run.pk))
+    # The inference cannot report back for a minute; the heartbeat ends the pool process
+    # after the grace period and the worker takes the next run well before that.
+    follow_up = start_run(user, model, ["analyze"])
+    wait_until(
+        lambda: Run.objects.get(pk=follow_up.pk).status == "succeeded",
+        timeout_s=30,
+        what="the worker to drop the stuck stage and run the next one",
+    )
+    assert Run.objects.get(pk=run.pk).status == "cancelled"
