@@ -33,30 +33,25 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def _env_number(name: str, default, parse, kind: str, minimum):
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError as e:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from e
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {kind}") from e
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
     return value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    return _env_number(name, default, int, "an integer", minimum)
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as e:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from e
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
-    return value
+    return _env_number(name, default, float, "a number", minimum)
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

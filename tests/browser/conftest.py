@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -28,3 +28,18 @@ def page():
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         yield page
         browser.close()
+
+
+def profile_then_cancel(page) -> None:
+    """From a run page: start a long profile of the same model, see its progress move
+    without a reload (pushed over the websocket), then cancel it."""
+    page.click("#run h1 a")  # the model's name links back to its page
+    page.check("input[value=profile]")
+    page.fill("#id_profile_window_s", "300")
+    page.click("#run-form button[type=submit]")
+    expect(page.locator("#live")).to_have_text("live", timeout=15_000)
+    row = page.locator("tr[data-stage=profile]")
+    expect(row.locator("[data-field=status]")).to_have_text("running", timeout=60_000)
+    expect(row.locator("[data-field=pct]")).not_to_have_text("0%", timeout=60_000)
+    page.click("#cancel-button")
+    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)

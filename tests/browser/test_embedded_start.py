@@ -13,6 +13,7 @@ import onnx
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import profile_then_cancel
 from tests.conftest import ROOT, SQUEEZENET, free_port, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -89,12 +90,4 @@ def test_start_command_serves_a_working_workbench(embedded, page):
     expect(page.locator("#fact-macs")).to_have_text("349.15 M", timeout=15_000)
     expect(page.locator("#fig-flops-type .main-svg").first).to_be_visible()
     # Live updates over the SQLite channel layer: a long profile shows moving progress.
-    page.click("#run h1 a")
-    page.check("input[value=profile]")
-    page.fill("#id_profile_window_s", "300")
-    page.click("#run-form button[type=submit]")
-    expect(page.locator("#live")).to_have_text("live", timeout=15_000)
-    row = page.locator("tr[data-stage=profile]")
-    expect(row.locator("[data-field=pct]")).not_to_have_text("0%", timeout=60_000)
-    page.click("#cancel-button")
-    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)
+    profile_then_cancel(page)

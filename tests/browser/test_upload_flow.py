@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import profile_then_cancel
 from tests.conftest import SQUEEZENET
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -40,17 +41,7 @@ def test_progress_updates_live_and_cancel_works(user, web, page):
     page.click("#upload-form button[type=submit]")
     expect(page.locator("#run-status")).to_have_text("succeeded", timeout=60_000)
     # Start a long profile from the model page and cancel it while it runs.
-    page.click("#run h1 a")  # the model's name links back to its page
-    page.check("input[value=profile]")
-    page.fill("#id_profile_window_s", "300")
-    page.click("#run-form button[type=submit]")
-    expect(page.locator("#live")).to_have_text("live", timeout=15_000)
-    profile_row = page.locator("tr[data-stage=profile]")
-    expect(profile_row.locator("[data-field=status]")).to_have_text("running", timeout=60_000)
-    # The bar moves without a reload: wait for a non-zero percentage pushed by the server.
-    expect(profile_row.locator("[data-field=pct]")).not_to_have_text("0%", timeout=30_000)
-    page.click("#cancel-button")
-    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)
+    profile_then_cancel(page)
 
 
 def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
