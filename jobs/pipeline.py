@@ -68,7 +68,7 @@ def create_run(
 
 def queue_for(target: Target) -> str:
     """Measured targets run on the workers attached to them; the rest on the shared queue."""
-    return target.profile.get("queue") or settings.CELERY_TASK_DEFAULT_QUEUE
+    return target.queue or settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 def enqueue_stage(stage: StageResult) -> None:

@@ -3,10 +3,10 @@ from __future__ import annotations
 import re
 
 from django import forms
-from django.db.models import Q
 
 from jobs.stages import STAGES
 from workbench.models import Target
+from workbench.targets import latest_versions, visible_targets
 
 _SHAPE = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[x,]\s*\d+)*)\s*$")
 
@@ -55,8 +55,8 @@ class StartRunForm(forms.Form):
 
     def __init__(self, *args, user=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["target"].queryset = Target.objects.filter(
-            Q(owner__isnull=True) | Q(owner=user)
+        self.fields["target"].queryset = latest_versions(visible_targets(user)).order_by(
+            "owner_id", "name"
         )
 
     def clean_input_shapes(self) -> dict[str, list[int]]:

@@ -49,6 +49,8 @@ class Target(models.Model):
     description = models.TextField(blank=True)
     profile = models.JSONField(default=dict)
     version = models.PositiveIntegerField(default=1)
+    # The Celery queue of the workers that can run it (measured targets); blank: any worker.
+    queue = models.CharField(max_length=200, blank=True)
     # Null owner: a built-in preset, visible to everyone and editable by no one.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,

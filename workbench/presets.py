@@ -1,14 +1,15 @@
-"""Built-in targets: created after every migrate, refreshed by each worker at start-up."""
+"""Built-in targets: the engine's presets, created after every migrate and refreshed by
+each worker at start-up."""
 
 from __future__ import annotations
 
 from django.db import transaction
 
-from engine.targets.host import host_target_profile
+from engine.targets.catalog import load_presets
 from workbench.models import Target
 
 
-def upsert_builtin_target(profile: dict) -> Target:
+def upsert_builtin_target(profile: dict, *, queue: str = "") -> Target:
     """Create a built-in target, or a new version of it when its profile changed (so runs
     keep pointing at the profile they were made with)."""
     with transaction.atomic():
@@ -18,19 +19,21 @@ def upsert_builtin_target(profile: dict) -> Target:
             .order_by("-version")
             .first()
         )
-        if current is not None and current.profile == profile:
+        if current is not None and current.profile == profile and current.queue == queue:
             return current
+        version = current.version + 1 if current else 1
         return Target.objects.create(
             name=profile["name"],
             kind=profile["kind"],
             description=profile.get("description", ""),
-            profile=profile,
-            version=current.version + 1 if current else 1,
+            profile={**profile, "version": version},
+            version=version,
+            queue=queue,
         )
 
 
 def ensure_presets() -> list[Target]:
-    return [upsert_builtin_target(host_target_profile())]
+    return [upsert_builtin_target(p.to_dict()) for p in load_presets()]
 
 
 def on_post_migrate(sender, **kwargs) -> None:

@@ -20,6 +20,10 @@ urlpatterns = [
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
     path("artifacts/<int:pk>/download/", views.artifact_download, name="artifact-download"),
     path("targets/", views.target_list, name="target-list"),
+    path("targets/new/", views.target_edit, name="target-new"),
+    path("targets/<int:pk>/", views.target_detail, name="target-detail"),
+    path("targets/<int:pk>/edit/", views.target_edit, name="target-edit"),
+    path("targets/<int:pk>/delete/", views.target_delete, name="target-delete"),
     path("api/v1/", include("workbench.api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
-from django.db.models import Q
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
+from frontend.figures.graph import graph_payload
 from frontend.presenters import present
 from jobs import pipeline
 from workbench.downloads import artifact_response
 from workbench.forms import StartRunForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import run_snapshot
+from workbench.targets import (
+    TargetRejected,
+    delete_user_target,
+    latest_versions,
+    parse_profile,
+    save_user_target,
+    visible_targets,
+)
 from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
 
 
@@ -78,6 +88,7 @@ def model_detail(request, pk: int):
             "top_nodes": shown.get("top_nodes", []),
             "runs": model.runs.select_related("target")[:20],
             "form": form,
+            "graph": graph_payload(model.analysis) if model.analysis else None,
         },
     )
 
@@ -165,8 +176,66 @@ def run_cancel(request, pk: int):
 
 @login_required
 def target_list(request):
-    targets = Target.objects.filter(Q(owner__isnull=True) | Q(owner=request.user))
+    targets = latest_versions(visible_targets(request.user))
     return render(request, "workbench/target_list.html", {"targets": targets})
+
+
+@login_required
+def target_detail(request, pk: int):
+    target = get_object_or_404(visible_targets(request.user), pk=pk)
+    history = Target.objects.filter(owner=target.owner, name=target.name).order_by("-version")
+    return render(
+        request,
+        "workbench/target_detail.html",
+        {
+            "target": target,
+            "history": history,
+            "profile_json": json.dumps(target.profile, indent=2),
+            "editable": target.owner_id == request.user.pk,
+        },
+    )
+
+
+@login_required
+def target_edit(request, pk: int | None = None):
+    """New target (optionally copied from ?from=<id>) or a new version of an owned one."""
+    source_pk = pk or request.GET.get("from")
+    source = get_object_or_404(visible_targets(request.user), pk=source_pk) if source_pk else None
+    if pk is not None and source.owner_id != request.user.pk:
+        raise Http404("built-in targets cannot be edited: copy them instead")
+    document = dict(source.profile) if source else {"name": "", "kind": "modeled", "units": []}
+    if source and pk is None:
+        document.update(name=f"{source.name}-copy", kind="modeled", version=1, machine=None)
+    text = (
+        request.POST.get("profile") if request.method == "POST" else json.dumps(document, indent=2)
+    )
+    problems, error = [], ""
+    if request.method == "POST":
+        try:
+            target = save_user_target(request.user, parse_profile(text))
+            messages.success(request, f"Saved {target.name} v{target.version}.")
+            return redirect("target-detail", pk=target.pk)
+        except TargetRejected as e:
+            error, problems = e.message, e.problems
+    return render(
+        request,
+        "workbench/target_edit.html",
+        {"source": source, "text": text, "error": error, "problems": problems, "editing": pk},
+        status=400 if error else 200,
+    )
+
+
+@login_required
+@require_POST
+def target_delete(request, pk: int):
+    target = get_object_or_404(Target, pk=pk, owner=request.user)
+    try:
+        delete_user_target(target)
+    except TargetRejected as e:
+        messages.error(request, e.message)
+        return redirect("target-detail", pk=target.pk)
+    messages.success(request, f"Deleted {target.name}.")
+    return redirect("target-list")
 
 
 @login_required

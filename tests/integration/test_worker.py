@@ -167,7 +167,7 @@ def test_a_worker_registers_its_machine_and_measures_runs_sent_to_it(
         what="the worker to register its machine",
     )
     assert target.kind == "measured"
-    assert target.profile["queue"].startswith(live_settings.CELERY_TASK_DEFAULT_QUEUE)
+    assert target.queue.startswith(live_settings.CELERY_TASK_DEFAULT_QUEUE)
     assert target.profile["machine"]["logical_cores"] >= 1
     run = pipeline.create_run(
         owner=user,

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from django.db.models import Q
 from rest_framework import serializers
 
 from jobs.stages import STAGE_ORDER
 from workbench.forms import parse_shapes
 from workbench.models import Artifact, OnnxModel, Run, StageResult, Target
 from workbench.snapshots import run_snapshot
+from workbench.targets import visible_targets
 
 
 class OnnxModelSerializer(serializers.ModelSerializer):
@@ -41,7 +41,17 @@ class TargetSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Target
-        fields = ["id", "name", "kind", "version", "builtin", "units", "description", "profile"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "version",
+            "builtin",
+            "units",
+            "queue",
+            "description",
+            "profile",
+        ]
         read_only_fields = fields
 
 
@@ -64,7 +74,7 @@ class RunCreateSerializer(serializers.Serializer):
 
     def validate_target(self, value: str) -> Target:
         user = self.context["request"].user
-        visible = Target.objects.filter(Q(owner__isnull=True) | Q(owner=user))
+        visible = visible_targets(user)
         target = (
             visible.filter(pk=int(value)).first()
             if value.isdigit()

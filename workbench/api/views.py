@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -19,6 +18,14 @@ from workbench.api.serializers import (
 )
 from workbench.downloads import artifact_response
 from workbench.models import Artifact, OnnxModel, Run, Target
+from workbench.targets import (
+    TargetRejected,
+    delete_user_target,
+    latest_versions,
+    parse_profile,
+    save_user_target,
+    visible_targets,
+)
 from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
 
 
@@ -60,11 +67,43 @@ class ModelViewSet(
 
 
 class TargetViewSet(viewsets.ReadOnlyModelViewSet):
+    """Built-in and own targets. POST a profile to create (or add a version of) an own
+    target; PUT to add a version; DELETE removes every version no run uses."""
+
     serializer_class = TargetSerializer
 
     def get_queryset(self):
-        user = self.request.user
-        return Target.objects.filter(Q(owner__isnull=True) | Q(owner=user))
+        targets = visible_targets(self.request.user)
+        if self.request.query_params.get("all_versions"):
+            return targets
+        return latest_versions(targets).order_by("owner_id", "name")
+
+    def create(self, request):
+        return self._save(request.data, status.HTTP_201_CREATED)
+
+    def update(self, request, pk=None):
+        target = get_object_or_404(Target, pk=pk, owner=request.user)
+        document = dict(request.data)
+        if document.get("name", target.name) != target.name:
+            return error_response(
+                "invalid_target", "a new version keeps the name; POST a new target instead", 400
+            )
+        return self._save({**document, "name": target.name}, status.HTTP_200_OK)
+
+    def destroy(self, request, pk=None):
+        target = get_object_or_404(Target, pk=pk, owner=request.user)
+        try:
+            delete_user_target(target)
+        except TargetRejected as e:
+            return error_response("target_in_use", e.message, 409)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _save(self, document, http_status):
+        try:
+            target = save_user_target(self.request.user, parse_profile(document))
+        except TargetRejected as e:
+            return error_response("invalid_target", e.message, 400, detail=e.problems or None)
+        return Response(self.get_serializer(target).data, status=http_status)
 
 
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -1,0 +1,91 @@
+"""Users' own targets: created from a JSON profile (often a preset's copy), validated by
+the engine's schema, versioned on every edit so earlier runs keep their profile."""
+
+from __future__ import annotations
+
+import json
+
+from django.db import transaction
+from django.db.models import Max, Q
+
+from engine.targets.schema import ProfileError, validate_profile
+from workbench.models import Target
+
+
+class TargetRejected(ValueError):
+    def __init__(self, message: str, problems: list[dict] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or []
+
+
+def visible_targets(user):
+    return Target.objects.filter(Q(owner__isnull=True) | Q(owner=user))
+
+
+def latest_versions(queryset):
+    """One row per (owner, name): its newest version."""
+    newest = queryset.values("owner", "name").annotate(v=Max("version"))
+    keys = Q(pk__in=[])
+    for row in newest:
+        keys |= Q(owner=row["owner"], name=row["name"], version=row["v"])
+    return queryset.filter(keys)
+
+
+def parse_profile(text_or_document) -> dict:
+    if isinstance(text_or_document, dict):
+        return text_or_document
+    try:
+        return json.loads(text_or_document)
+    except json.JSONDecodeError as e:
+        raise TargetRejected(f"the profile is not valid JSON: {e.msg} at line {e.lineno}") from e
+
+
+def save_user_target(owner, document: dict) -> Target:
+    """Validate and store a new version of the owner's target named in the document."""
+    try:
+        profile = validate_profile(document)
+    except ProfileError as e:
+        problems = [{"field": field, "reason": reason} for field, reason in e.problems]
+        raise TargetRejected(e.message, problems) from e
+    if profile.kind == Target.Kind.MEASURED:
+        raise TargetRejected(
+            "measured targets are registered by the workers themselves; describe hardware you "
+            "cannot measure here as kind 'modeled'",
+            [{"field": "kind", "reason": "use 'modeled' (or 'remote')"}],
+        )
+    if Target.objects.filter(owner__isnull=True, name=profile.name).exists():
+        raise TargetRejected(
+            f"'{profile.name}' is a built-in target's name: give your copy another name",
+            [{"field": "name", "reason": "taken by a built-in target"}],
+        )
+    with transaction.atomic():
+        current = (
+            Target.objects.select_for_update()
+            .filter(owner=owner, name=profile.name)
+            .order_by("-version")
+            .first()
+        )
+        version = current.version + 1 if current else 1
+        stored = {**profile.to_dict(), "version": version}
+        if current is not None and {**current.profile, "version": version} == stored:
+            return current  # nothing changed: no new version
+        return Target.objects.create(
+            owner=owner,
+            name=profile.name,
+            kind=profile.kind,
+            description=profile.description,
+            profile=stored,
+            version=version,
+        )
+
+
+def delete_user_target(target: Target) -> None:
+    """Delete all versions of an owned target that no run refers to."""
+    versions = Target.objects.filter(owner=target.owner, name=target.name)
+    used = versions.filter(runs__isnull=False).distinct().count()
+    if used:
+        raise TargetRejected(
+            f"'{target.name}' is used by runs ({used} version(s)); delete those runs first"
+        )
+    versions.delete()
