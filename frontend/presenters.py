@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from frontend.figures.analysis import analysis_figures
+from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,33 @@ def _top_nodes(analysis: dict, n: int = 15) -> dict:
     return {"top_nodes": sorted(nodes, key=lambda node: -node["flops"])[:n]}
 
 
+def _memory_figures(report: dict) -> dict[str, dict]:
+    return {
+        "timeline": memory_timeline(report),
+        "live": live_bytes_curve(report),
+        "planners": planners_bar(report),
+    }
+
+
+def _memory_rows(report: dict) -> dict:
+    rows = [
+        {
+            "name": name,
+            "arena_bytes": arena,
+            "ratio": report.get("ratios", {}).get(name),
+            "time_s": report.get("planner_time_s", {}).get(name),
+            "kind": report.get("planner_kinds", {}).get(name),
+            "best": name == report.get("best"),
+        }
+        for name, arena in sorted(report.get("planners", {}).items(), key=lambda kv: kv[1])
+    ]
+    return {"planner_rows": rows}
+
+
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
     "profile": Presenter("workbench/stages/profile.html"),
+    "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
 }
 
 

@@ -9,7 +9,6 @@ import socket
 from django.conf import settings
 
 from engine.targets.host import host_target_profile
-from engine.targets.schema import validate_profile
 from workbench.models import Target
 from workbench.presets import upsert_builtin_target
 

@@ -30,6 +30,13 @@ STAGES: dict[str, StageInfo] = {
             "(warm-up, then repeated until the time window is filled).",
             time_limit_s=30 * 60,
         ),
+        StageInfo(
+            "memory",
+            "Memory plan",
+            "Plan the intermediate tensors' memory: lifetimes, six planners against the lower "
+            "bound (peak live bytes), every plan validated, a memory-aware execution order.",
+            time_limit_s=15 * 60,
+        ),
     )
 }
 STAGE_ORDER: list[str] = list(STAGES)

@@ -59,6 +59,11 @@ class StartRunForm(forms.Form):
             "owner_id", "name"
         )
 
+    memory_in_place = forms.BooleanField(
+        required=False,
+        label="Memory plan: let elementwise ops overwrite their input (in-place reuse)",
+    )
+
     def clean_input_shapes(self) -> dict[str, list[int]]:
         return parse_shapes(self.cleaned_data.get("input_shapes", ""))
 
@@ -67,4 +72,5 @@ class StartRunForm(forms.Form):
         return {
             "analyze": {"input_shapes": data["input_shapes"]},
             "profile": {"window_s": data["profile_window_s"]},
+            "memory": {"in_place": data["memory_in_place"]},
         }

@@ -269,12 +269,16 @@ def _reduce_crossings(
         _number(row, rel)
     for _ in range(SWEEPS):
         for rows, nbrs in ((order[1:], up), (order[-2::-1], down)):
+            weight = [sum(pull[u] for u in around) for around in nbrs]
             for row in rows:
                 keys = []
                 for v in row:
-                    weight = sum(pull[u] for u in nbrs[v])
-                    if weight:
-                        keys.append((sum(pull[u] * rel[u] for u in nbrs[v]) / weight, rel[v], v))
+                    around = nbrs[v]
+                    if len(around) == 1:
+                        keys.append((rel[around[0]], rel[v], v))
+                    elif weight[v]:
+                        mean = sum(pull[u] * rel[u] for u in around) / weight[v]
+                        keys.append((mean, rel[v], v))
                     else:
                         keys.append((rel[v], rel[v], v))
                 keys.sort()

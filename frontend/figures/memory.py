@@ -5,20 +5,14 @@ Byte counts here are planned from tensor shapes (static), neither measured nor p
 
 from __future__ import annotations
 
+from frontend.units import format_bytes
+
 _LAYOUT = {
     "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
     "template": "plotly_white",
 }
 _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b")
 _BEST, _OTHER, _BOUND = "#54a24b", "#4c78a8", "#e45756"
-
-
-def format_bytes(n: float) -> str:
-    """``1536000`` -> ``"1.54 MB"`` (decimal units, as the rest of the workbench)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def memory_timeline(report: dict, planner: str | None = None) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.errors import ProgressFn
-from jobs.runners import analyze, profile
+from jobs.runners import analyze, memory, profile
 from workbench.models import StageResult
 
 Runner = Callable[[StageResult, ProgressFn], dict]
@@ -13,4 +13,5 @@ Runner = Callable[[StageResult, ProgressFn], dict]
 RUNNERS: dict[str, Runner] = {
     "analyze": analyze.run,
     "profile": profile.run,
+    "memory": memory.run,
 }

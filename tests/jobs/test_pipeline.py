@@ -130,3 +130,27 @@ def test_redelivered_message_does_not_run_a_live_stage_twice(
     make_run(user, model, ["analyze"], None, django_capture_on_commit_callbacks)
     assert pipeline.claim_stage(enqueued[0].pk, worker="w1") is not None
     assert pipeline.claim_stage(enqueued[0].pk, worker="w2") is None
+
+
+def test_memory_stage_stores_a_validated_plan_and_shows_it(
+    user, model, enqueued, django_capture_on_commit_callbacks, client
+):
+    run = make_run(
+        user, model, ["memory"], {"memory": {"in_place": True}}, django_capture_on_commit_callbacks
+    )
+    for i in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert run_stage.apply(args=[enqueued[i].pk]).get() == "succeeded"
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    result = run.stages.get(stage="memory").result
+    assert result["valid"] is True
+    assert result["config"]["in_place"] is True
+    best = result["best"]
+    assert result["planners"][best] == result["lower_bound_bytes"]  # SqueezeNet: optimal
+    assert list(result["plans"]) == [best]
+    artifact = run.artifacts.get(stage="memory")
+    assert artifact.name == "memory_plan.json" and len(artifact.sha256) == 64
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="memory-lower-bound"' in page and "fig-memory-timeline-data" in page

@@ -62,6 +62,11 @@ class RunCreateSerializer(serializers.Serializer):
         child=serializers.ChoiceField(choices=STAGE_ORDER), default=["analyze"], allow_empty=False
     )
     input_shapes = serializers.JSONField(required=False, default=dict)
+    options = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text='per-stage options, e.g. {"memory": {"in_place": true}}',
+    )
     profile_window_s = serializers.FloatField(
         required=False, default=5.0, min_value=0.5, max_value=600
     )
@@ -102,12 +107,24 @@ class RunCreateSerializer(serializers.Serializer):
             )
         return value
 
-    def options(self) -> dict:
+    def validate_options(self, value: dict) -> dict:
+        for stage, values in value.items():
+            if stage not in STAGE_ORDER or not isinstance(values, dict):
+                raise serializers.ValidationError(
+                    f"{stage!r}: give a stage name ({', '.join(STAGE_ORDER)}) and a mapping "
+                    "of its options"
+                )
+        return value
+
+    def stage_options(self) -> dict:
         data = self.validated_data
-        return {
+        options = {
             "analyze": {"input_shapes": data["input_shapes"]},
             "profile": {"window_s": data["profile_window_s"]},
         }
+        for stage, values in data["options"].items():
+            options[stage] = {**options.get(stage, {}), **values}
+        return options
 
 
 class StageResultSerializer(serializers.ModelSerializer):

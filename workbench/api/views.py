@@ -128,13 +128,14 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer = RunCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        options = serializer.stage_options()
         try:
             run = pipeline.create_run(
                 owner=request.user,
                 model=data["model"],
                 target=data["target"],
                 stages=data["stages"],
-                options=serializer.options(),
+                options=options,
             )
         except pipeline.PipelineError as e:
             return error_response("invalid_stages", str(e), 400)

@@ -291,6 +291,8 @@
     const t = performance.now();
     traceType = webgl && view.items.length > WEBGL_ITEMS ? "scattergl" : "scatter";
     root.dataset.renderer = traceType;
+    root.dataset.visible = view.items.length;
+    delete root.dataset.lastRenderMs;
     drawLegend();
     return window.Plotly.react(plot, traces(), layout(), {
       scrollZoom: true, displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"],
