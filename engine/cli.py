@@ -37,6 +37,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=1x3x224x224",
         help="fix an input's shape (repeatable)",
     )
+    analyze.add_argument(
+        "--simplify",
+        action="store_true",
+        help="fold constants and shape arithmetic first (onnxslim) and analyze the result",
+    )
     analyze.add_argument("--json", action="store_true", help="print one JSON object")
     analyze.add_argument("--nodes", action="store_true", help="include the per-node list")
     analyze.set_defaults(func=_guarded(_run_analyze))
@@ -74,7 +79,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
     shapes = dict(args.shape)
     if len(shapes) < len(args.shape):
         raise EngineError("--shape given twice for the same input", code="usage")
-    analysis = analyze_model(args.model, AnalysisConfig(input_shapes=shapes))
+    config = AnalysisConfig(input_shapes=shapes, simplify=args.simplify)
+    analysis = analyze_model(args.model, config)
     if args.json:
         print(json.dumps(analysis.to_dict(nodes=args.nodes)))
     else:
@@ -97,6 +103,17 @@ def _summary(a: ModelAnalysis, *, nodes: bool) -> str:
     top = ", ".join(f"{op} {n}" for op, n in list(a.ops.items())[:_TOP_OPS])
     lines.append(f"ops          {top}{', ...' if len(a.ops) > _TOP_OPS else ''}")
     lines.append(f"not costed   {len(a.not_costed)}")
+    if a.structure is not None:
+        resolutions = [
+            format_shape(s.resolution) if s.resolution else "-" for s in a.structure.stages
+        ]
+        lines.append(f"stages       {len(a.structure.stages)}  ({', '.join(resolutions)})")
+        lines.append(f"blocks       {len(a.structure.blocks)}  (cut at MaxPool / Concat)")
+        lines.append(f"chains       {len(a.structure.chains)}")
+    if a.simplification is not None:
+        s = a.simplification
+        done = f"{s.nodes_before} -> {s.nodes_after} nodes" if s.applied else "failed"
+        lines.append(f"simplified   {done} in {s.seconds:.2f} s ({s.tool})")
     lines += [f"warning      {w}" for w in a.warnings]
     if nodes:
         lines.append("")

@@ -6,6 +6,7 @@ and bytes, and arithmetic intensity, over the graph in execution order.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -17,7 +18,15 @@ from engine.errors import ModelLimitError, ProgressFn
 from engine.graph.costs import OpCost, cost_node
 from engine.graph.ir import PROGRESS_EVERY, Graph, Node, build_graph
 from engine.graph.loader import ModelHeader, ModelSource, check_model, load_model, model_header
-from engine.graph.shapes import apply_input_shapes, format_shape, infer_shapes
+from engine.graph.shapes import (
+    apply_input_shapes,
+    check_declared_sizes,
+    check_tensor_sizes,
+    explain_unknown_shapes,
+    infer_shapes,
+)
+from engine.graph.simplify import SimplificationReport, simplify_model
+from engine.graph.structure import GraphStructure, detect_structure
 from engine.graph.tensors import Dim, TensorSpec
 from engine.graph.topology import sorted_model
 
@@ -30,9 +39,12 @@ class AnalysisConfig:
 
     ``input_shapes`` fixes symbolic or dynamic input dimensions, e.g.
     ``{"input": (1, 3, 224, 224)}``; each must name a model input and match its rank.
+    ``simplify`` folds constants and shape arithmetic first (:mod:`engine.graph.simplify`)
+    and analyzes the simplified model.
     """
 
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    simplify: bool = False
     max_nodes: int = 200_000
     max_tensor_elements: int = 2**31
     max_bytes: int | None = None
@@ -69,7 +81,11 @@ class NodeAnalysis:
 
 @dataclass
 class ModelAnalysis:
-    """Result of :func:`analyze_model`. ``graph`` is the IR, for later stages."""
+    """Result of :func:`analyze_model`. ``graph`` is the IR, for later stages.
+
+    ``simplification`` is set when simplification was asked for; ``simplified_model`` is
+    then the model that was analyzed (``None`` when the original was kept).
+    """
 
     header: ModelHeader
     nodes: int
@@ -84,6 +100,9 @@ class ModelAnalysis:
     warnings: list[str]
     analysis_s: float
     graph: Graph | None = field(default=None, repr=False, compare=False)
+    structure: GraphStructure | None = None
+    simplification: SimplificationReport | None = None
+    simplified_model: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -115,6 +134,8 @@ class ModelAnalysis:
             "node_list": [n.to_dict() for n in self.node_list],
             "warnings": list(self.warnings),
             "analysis_s": self.analysis_s,
+            "structure": self.structure.to_dict() if self.structure else None,
+            "simplification": self.simplification.to_dict() if self.simplification else None,
         }
         if not nodes:
             del result["node_list"]
@@ -138,10 +159,12 @@ def analyze_model(
     report = progress or _ignore
     report(0.0, "loading model")
     model = load_model(source, max_bytes=config.max_bytes)
+    ir_version = model.ir_version
     if len(model.graph.node) > config.max_nodes:
         raise ModelLimitError(
             f"the model has {len(model.graph.node)} nodes, more than the limit of "
-            f"{config.max_nodes}"
+            f"{config.max_nodes}",
+            hint="Simplify the model, or ask an administrator to raise the limit.",
         )
     warnings: list[str] = []
     model, reordered = sorted_model(model)
@@ -154,7 +177,19 @@ def analyze_model(
         original = model
         model = _copy(model)
         warnings += apply_input_shapes(model, config.input_shapes)
+    check_declared_sizes(model, config.max_tensor_elements)
     model, inference_warnings = infer_shapes(model, original=original)
+
+    simplification = simplified_model = None
+    if config.simplify:
+        report(0.15, "simplifying")
+        simplified = simplify_model(model)
+        simplification = simplified.report
+        if simplification.applied:
+            model = simplified_model = simplified.model
+            model, inference_warnings = infer_shapes(model)
+        else:
+            warnings.append(simplification.warning)
     warnings += inference_warnings
 
     report(0.3, "checking model")
@@ -162,9 +197,12 @@ def analyze_model(
 
     graph = build_graph(model, _scaled(report, 0.4, 0.6))
     warnings += graph.warnings
-    _check_tensor_sizes(graph, config.max_tensor_elements)
+    check_tensor_sizes(graph, config.max_tensor_elements)
+    warnings += explain_unknown_shapes(graph)
 
-    node_list, not_costed = _cost_nodes(graph, _scaled(report, 0.6, 0.95))
+    node_list, not_costed = _cost_nodes(graph, _scaled(report, 0.6, 0.9))
+    report(0.9, "detecting structure")
+    structure = detect_structure(graph)
     params = graph.params()
     costs = [n.cost for n in node_list if n.cost is not None]
     if not_costed:
@@ -172,7 +210,8 @@ def analyze_model(
         warnings.append(f"{len(not_costed)} nodes not costed (op types: {', '.join(kinds)})")
     report(1.0, "analysis done")
     return ModelAnalysis(
-        header=model_header(model),
+        # The uploaded model's IR version: simplification may raise IR 3 to 4.
+        header=dataclasses.replace(model_header(model), ir_version=ir_version),
         nodes=len(graph.nodes),
         params=sum(t.elements or 0 for t in params),
         param_bytes=sum(t.bytes or 0 for t in params),
@@ -187,6 +226,9 @@ def analyze_model(
         warnings=warnings,
         analysis_s=round(time.perf_counter() - started, 4),
         graph=graph,
+        structure=structure,
+        simplification=simplification,
+        simplified_model=simplified_model,
     )
 
 
@@ -210,17 +252,6 @@ def _node_analysis(node: Node, graph: Graph, cost: OpCost | None) -> NodeAnalysi
         shape = graph.tensors[name].shape if name else None
         shapes.append(None if shape is None else list(shape))
     return NodeAnalysis(node.name, node.op_type, node.inputs, node.outputs, shapes, cost)
-
-
-def _check_tensor_sizes(graph: Graph, limit: int) -> None:
-    for tensor in graph.tensors.values():
-        elements = tensor.elements
-        if elements is not None and elements > limit:
-            raise ModelLimitError(
-                f"tensor '{tensor.name}' has {elements} elements "
-                f"({format_shape(tensor.shape)}), more than the limit of {limit}",
-                hint="Use smaller input shapes.",
-            )
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

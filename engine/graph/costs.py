@@ -1,6 +1,9 @@
 """Per-operator work: MACs, FLOPs, parameters and bytes moved.
 
-One small function per operator family, registered by op type in ``COST_FUNCTIONS``.
+One small function per operator family, registered by ``(domain, op_type)`` in
+``COST_FUNCTIONS``; the families beyond the basic ones live in sibling modules
+(``costs_recurrent``: LSTM/GRU/RNN; ``costs_attention``: Einsum and attention ops;
+``costs_quantized``: QLinear* and *Integer ops and (de)quantization), imported at the end.
 Conventions (as in DNNTune, thesis ch.3, and the usual profilers): a multiply-accumulate
 is 1 MAC = 2 FLOPs; Conv MACs = N*Cout*Hout*Wout*(Cin/group)*kH*kW (any spatial rank);
 elementwise ops cost one FLOP per output element; data movement costs bytes, not FLOPs.
@@ -59,16 +62,16 @@ class OpCost:
         return self.flops / moved if moved else None
 
 
-COST_FUNCTIONS: dict[str, CostFn] = {}
-"""Cost function per ONNX op type (default domain)."""
+COST_FUNCTIONS: dict[tuple[str, str], CostFn] = {}
+"""Cost function per ``(domain, op_type)``; the default domain is ``""``."""
 
 
-def register(*op_types: str) -> Callable[[CostFn], CostFn]:
-    """Register a cost function for ``op_types``."""
+def register(*op_types: str, domain: str = "") -> Callable[[CostFn], CostFn]:
+    """Register a cost function for ``op_types`` of ``domain`` (default: standard ONNX)."""
 
     def decorate(fn: CostFn) -> CostFn:
         for op_type in op_types:
-            COST_FUNCTIONS[op_type] = fn
+            COST_FUNCTIONS[(domain, op_type)] = fn
         return fn
 
     return decorate
@@ -76,9 +79,8 @@ def register(*op_types: str) -> Callable[[CostFn], CostFn]:
 
 def cost_node(node: Node, graph: Graph) -> OpCost | None:
     """Return the node's :class:`OpCost`, or ``None`` when it cannot be costed exactly."""
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    fn = COST_FUNCTIONS.get(node.op_type)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    fn = COST_FUNCTIONS.get((domain, node.op_type))
     if fn is None:
         return None
     tensors = graph.tensors
@@ -99,29 +101,35 @@ def cost_node(node: Node, graph: Graph) -> OpCost | None:
     work = fn(OpShapes(tuple(inputs), tuple(outputs), node.attributes))
     if work is None:
         return None
-    read = [tensors[n] for n in dict.fromkeys(node.inputs) if n]
-    written = [tensors[n] for n in node.outputs if n]
-    return OpCost(
-        macs=work[0],
-        flops=work[1],
-        params=sum(t.elements or 0 for t in read if t.is_param),
-        bytes_read=sum(t.bytes or 0 for t in read),
-        bytes_written=sum(t.bytes or 0 for t in written),
-    )
+    params = bytes_read = bytes_written = 0
+    for name in dict.fromkeys(node.inputs):
+        if name:
+            tensor = tensors[name]
+            bytes_read += tensor.bytes or 0
+            if tensor.is_param:
+                params += tensor.elements or 0
+    for name in node.outputs:
+        if name:
+            bytes_written += tensors[name].bytes or 0
+    return OpCost(work[0], work[1], params, bytes_read, bytes_written)
 
 
 def _with_bias(macs: int, bias: Shape | None, out_elements: int) -> Work:
     return macs, 2 * macs + (out_elements if bias is not None else 0)
 
 
-@register("Conv")
-def _conv(s: OpShapes) -> Work | None:
-    weight = s.input(1)
+def conv_macs(s: OpShapes, weight_index: int = 1) -> int | None:
+    """Output elements times one output's receptive field: (Cin/group)*k..."""
+    weight = s.input(weight_index)
     if weight is None or not s.outputs[0]:
         return None
-    # Output elements times one output's receptive field: (Cin/group)*k...
-    macs = s.out_elements * math.prod(weight[1:])
-    return _with_bias(macs, s.input(2), s.out_elements)
+    return s.out_elements * math.prod(weight[1:])
+
+
+@register("Conv")
+def _conv(s: OpShapes) -> Work | None:
+    macs = conv_macs(s)
+    return None if macs is None else _with_bias(macs, s.input(2), s.out_elements)
 
 
 @register("ConvTranspose")
@@ -222,9 +230,27 @@ def _lrn(s: OpShapes) -> Work:
 @register(
     "Cast", "CastLike", "Compress", "Concat", "Constant", "ConstantOfShape", "DepthToSpace",
     "Dropout", "Expand", "EyeLike", "Flatten", "Gather", "GatherElements", "GatherND",
-    "Identity", "Pad", "Range", "Reshape", "Resize", "ReverseSequence", "Scatter",
+    "Identity", "Pad", "Range", "Reshape", "ReverseSequence", "Scatter",
     "ScatterElements", "ScatterND", "Shape", "Size", "Slice", "SpaceToDepth", "Split",
-    "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze", "Upsample",
+    "Squeeze", "Tile", "Transpose", "Trilu", "Unsqueeze",
 )  # fmt: skip
 def _data_movement(s: OpShapes) -> Work:
     return 0, 0
+
+
+@register("Resize", "Upsample")
+def _resize(s: OpShapes) -> Work | None:
+    """Nearest: a copy. (Bi/tri)linear: 2^d weighted taps per output over d resized
+    axes (2^d multiplies, 2^d - 1 adds); cubic: 4^d taps."""
+    x, y = s.input(0), s.outputs[0]
+    if x is None or y is None or len(x) != len(y):
+        return None
+    resized = sum(1 for a, b in zip(x, y, strict=True) if a != b)
+    taps = {"linear": 2, "cubic": 4}.get(str(s.attributes.get("mode", "nearest")), 0)
+    if not taps or not resized:
+        return 0, 0
+    return 0, s.out_elements * (2 * taps**resized - 1)
+
+
+# The other families register themselves on import.
+from engine.graph import costs_attention, costs_quantized, costs_recurrent  # noqa: E402, F401

@@ -35,6 +35,7 @@ PROGRESS_EVERY = 2000
 
 _CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
 _SMALL_VALUE = 16  # tensor attributes up to this many elements keep their values
+_INT32_BIAS_INPUT = {"QLinearConv": 8}  # quantized ops' int32 biases are weights too
 
 
 @dataclass
@@ -128,6 +129,9 @@ def build_graph(model: onnx.ModelProto, progress: ProgressFn | None = None) -> G
                     out.is_param = _is_weight_dtype(out.dtype)
         for name in dict.fromkeys(n for n in (*node.inputs, *node.implicit_inputs) if n):
             tensor(name).consumers.append(node.name)
+        bias = _INT32_BIAS_INPUT.get(node.op_type)
+        if bias is not None and bias < len(node.inputs) and node.inputs[bias] in initializers:
+            tensors[node.inputs[bias]].is_param = True
         if node.subgraph_nodes:
             warnings.append(
                 f"node '{node.name}' ({node.op_type}) holds control-flow subgraphs with "

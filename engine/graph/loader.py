@@ -6,6 +6,7 @@ made the file, and the engine never opens it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 """What the loaders accept: a path, the file's bytes, or a parsed model."""
 
 DEFAULT_DOMAIN = "ai.onnx"
+ONNXRUNTIME_DOMAINS = {"com.microsoft": 1, "com.microsoft.nchwc": 1}
+"""Operator domains onnxruntime adds (contrib and NCHWc ops), newest version of each."""
 _SAVE_HINT = "Save the model with its weights inside the .onnx file (save_as_external_data=False)."
 
 
@@ -69,7 +72,8 @@ def load_model(source: ModelSource, *, max_bytes: int | None = None) -> onnx.Mod
     A ``ModelProto`` is returned as is (not copied). Raises :class:`InvalidModelError`
     for unreadable, empty or non-ONNX input, a model without nodes, or tensors stored as
     external data; :class:`ModelLimitError` when larger than ``max_bytes``;
-    :class:`UnsupportedModelError` for opsets newer than the installed onnx knows.
+    :class:`UnsupportedModelError` for an operator domain neither onnx nor onnxruntime
+    knows, or an opset newer than they know.
     """
     if isinstance(source, onnx.ModelProto):
         model = source
@@ -178,15 +182,34 @@ def _check_structure(model: onnx.ModelProto) -> None:
         raise InvalidModelError("not an ONNX model: missing IR version")
 
 
+@functools.cache
+def known_domains() -> dict[str, int]:
+    """The newest opset version per operator domain that onnx and onnxruntime know."""
+    newest: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        domain = schema.domain or DEFAULT_DOMAIN
+        newest[domain] = max(newest.get(domain, 0), schema.since_version)
+    newest[DEFAULT_DOMAIN] = onnx.defs.onnx_opset_version()
+    newest[onnx.defs.ONNX_ML_DOMAIN] = onnx.defs.onnx_ml_opset_version()
+    return newest | ONNXRUNTIME_DOMAINS
+
+
 def _check_opsets(model: onnx.ModelProto) -> None:
-    newest = onnx.defs.onnx_opset_version()
-    version = opsets(model).get(DEFAULT_DOMAIN, 0)
-    if version > newest:
-        raise UnsupportedModelError(
-            f"opset {version} of domain '{DEFAULT_DOMAIN}' is newer than this installation "
-            f"supports ({newest})",
-            hint=f"Export with opset {newest} or lower.",
-        )
+    known = known_domains()
+    for domain, version in opsets(model).items():
+        if domain not in known:
+            raise UnsupportedModelError(
+                f"the model imports operator domain '{domain}' (version {version}), which "
+                f"neither onnx nor onnxruntime knows (known: {', '.join(sorted(known))}); "
+                "its operators can be neither checked nor analyzed",
+                hint="Export without custom operators, or replace them with standard ONNX ops.",
+            )
+        if version > known[domain]:
+            raise UnsupportedModelError(
+                f"opset {version} of domain '{domain}' is newer than this installation "
+                f"supports ({known[domain]})",
+                hint=f"Export with opset {known[domain]} or lower.",
+            )
     if model.ir_version > onnx.IR_VERSION:
         raise UnsupportedModelError(
             f"IR version {model.ir_version} is newer than this installation supports "

@@ -8,16 +8,25 @@ non-strict result is used and the reason becomes a warning.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import re
+from collections.abc import Mapping, Sequence
 
 import onnx
 
-from engine.errors import InvalidModelError, ShapeError
+from engine.errors import InvalidModelError, ModelLimitError, ShapeError
+from engine.graph.ir import Graph, Node
 from engine.graph.loader import model_inputs
-from engine.graph.tensors import type_spec
+from engine.graph.tensors import Dim, type_spec
 
 _INFERENCE_ERRORS = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError)
 _MAX_REASON = 400
+_INT64_LIMIT = 2**63
+_MAX_EXPLAINED = 10
+_INFERRED_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+# Output sizes that depend on input values, whatever the shapes.
+_VALUE_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "TopK"})
+_SIZE_HINT = "Check the model's declared shapes and the input shapes given."
 
 
 def format_shape(shape: list | tuple | None) -> str:
@@ -40,6 +49,8 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, .
             raise ShapeError(f"the model has no input '{name}' (its inputs: {known})")
         if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
             raise ShapeError(f"input '{name}': every dimension must be a positive integer")
+        if any(d >= _INT64_LIMIT for d in shape):
+            raise ShapeError(f"input '{name}': a dimension does not fit a 64-bit integer")
         declared, _ = type_spec(value.type)
         if declared is not None and len(declared) != len(shape):
             raise ShapeError(
@@ -83,6 +94,12 @@ def infer_shapes(
         return _infer(model, strict=True), []
     except _INFERENCE_ERRORS as e:
         reason = _reason(e)
+        if "overflow" in reason.lower():
+            raise ModelLimitError(
+                f"tensor {_overflowing_tensor(model, reason)} would have a dimension that "
+                f"overflows a 64-bit integer: {reason}",
+                hint=_SIZE_HINT,
+            ) from e
     if original is not None:
         try:
             _infer(original, strict=True)
@@ -100,6 +117,15 @@ def infer_shapes(
     return inferred, [f"shape inference: {reason}"]
 
 
+def _overflowing_tensor(model: onnx.ModelProto, reason: str) -> str:
+    """Name the output of the node onnx's message names (``node name: X``)."""
+    found = re.search(r"node name: ([^)]*)\)", reason)
+    node = next((n for n in model.graph.node if found and n.name == found.group(1)), None)
+    if node is None or not node.output:
+        return "(unnamed)"
+    return f"'{node.output[0]}' (output of {node.op_type} '{node.name}')"
+
+
 def _infer(model: onnx.ModelProto, *, strict: bool) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=True)
 
@@ -108,3 +134,116 @@ def _reason(error: Exception) -> str:
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
     text = text.replace("[ShapeInferenceError] Inference error(s): ", "")
     return text[:_MAX_REASON] or type(error).__name__
+
+
+def check_declared_sizes(model: onnx.ModelProto, max_elements: int) -> None:
+    """Refuse declared tensors (inputs, outputs, value_info, initializers) that are too big.
+
+    Runs before shape inference. Raises :class:`ModelLimitError` naming the tensor when
+    its element count overflows 64 bits or exceeds ``max_elements``, and
+    :class:`InvalidModelError` for a negative dimension.
+    """
+    graph = model.graph
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        dims, _ = type_spec(value.type)
+        _check_size(value.name, dims, max_elements, inferred=False)
+    for initializer in graph.initializer:
+        _check_size(initializer.name, list(initializer.dims), max_elements, inferred=False)
+
+
+def check_tensor_sizes(graph: Graph, max_elements: int) -> None:
+    """Like :func:`check_declared_sizes` for every tensor of the shape-inferred graph.
+
+    A negative inferred dimension means a size overflowed inside shape inference:
+    :class:`ModelLimitError`.
+    """
+    for tensor in graph.tensors.values():
+        shape = tensor.static_shape
+        if shape is not None and tensor.elements <= max_elements and (not shape or min(shape) >= 0):
+            continue  # the common case, checked cheaply
+        _check_size(tensor.name, tensor.shape, max_elements, inferred=True)
+
+
+def _check_size(
+    name: str, dims: Sequence[Dim] | None, max_elements: int, *, inferred: bool
+) -> None:
+    if dims is None:
+        return
+    known = [d for d in dims if isinstance(d, int)]
+    if any(d < 0 for d in known):
+        if inferred:
+            raise ModelLimitError(
+                f"tensor '{name}' has a negative dimension ({format_shape(dims)}): a size "
+                "overflowed a 64-bit integer during shape inference",
+                hint=_SIZE_HINT,
+            )
+        raise InvalidModelError(
+            f"tensor '{name}' is declared with a negative dimension ({format_shape(dims)})"
+        )
+    elements = math.prod(known)
+    at_least = "" if len(known) == len(dims) else "at least "
+    if elements >= _INT64_LIMIT:
+        raise ModelLimitError(
+            f"tensor '{name}' has dimensions {format_shape(dims)} whose product "
+            f"({at_least}{elements} elements) overflows a 64-bit integer",
+            hint=_SIZE_HINT,
+        )
+    if elements > max_elements:
+        raise ModelLimitError(
+            f"tensor '{name}' has {at_least}{elements} elements ({format_shape(dims)}), "
+            f"more than the limit of {max_elements}",
+            hint="Use smaller input shapes, or ask an administrator to raise the limit.",
+        )
+
+
+def explain_unknown_shapes(graph: Graph) -> list[str]:
+    """Warnings naming each tensor whose shape is unknown at its origin, and why.
+
+    Inputs with symbolic dimensions come first; then, for every node whose inputs are all
+    known but whose used output is not, the first such output and the likely reason. Shapes
+    unknown only because an input's is are not repeated.
+    """
+    tensors = graph.tensors
+    warnings = []
+    for name in graph.inputs:
+        tensor = tensors[name]
+        if tensor.static_shape is None and tensor.shape is not None:
+            warnings.append(
+                f"input '{name}' has shape {format_shape(tensor.shape)}: set its dimensions "
+                f"(input shapes, e.g. --shape {name}=...) to cost the nodes that depend on it"
+            )
+    roots = []
+    for node in graph.nodes:
+        unknown = [
+            o
+            for o in node.outputs
+            if o
+            and tensors[o].static_shape is None
+            and (tensors[o].consumers or o in graph.outputs)
+        ]
+        if unknown and all(tensors[i].static_shape is not None for i in node.inputs if i):
+            roots.append(
+                f"shape of '{unknown[0]}' (output of {node.op_type} '{node.name}') is unknown: "
+                f"{_why_unknown(node, graph)}"
+            )
+    if len(roots) > _MAX_EXPLAINED:
+        more = len(roots) - _MAX_EXPLAINED
+        roots = roots[:_MAX_EXPLAINED] + [f"... and {more} more tensors whose shapes are unknown"]
+    return warnings + roots
+
+
+def _why_unknown(node: Node, graph: Graph) -> str:
+    if node.domain not in _INFERRED_DOMAINS:
+        return f"onnx has no shape inference for operators of domain '{node.domain}'"
+    if node.subgraph_nodes:
+        return "it is computed by a control-flow subgraph"
+    if node.op_type in _VALUE_DEPENDENT:
+        return "its size depends on the values of the input, known only at run time"
+    for name in node.inputs[1:]:
+        tensor = graph.tensors[name] if name else None
+        if tensor is not None and tensor.producer and tensor.dtype in ("int64", "int32"):
+            return (
+                f"it depends on the values of '{name}', which are computed at run time "
+                "(simplifying the model folds such shape arithmetic)"
+            )
+    return "onnx shape inference could not determine it"

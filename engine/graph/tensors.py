@@ -102,8 +102,11 @@ def value_spec(value_info: onnx.ValueInfoProto) -> TensorSpec:
 
 def static_shape(shape: list[Dim] | tuple[Dim, ...] | None) -> tuple[int, ...] | None:
     """Return the shape as ints if every dimension is known, else ``None``."""
-    if shape is None or not all(isinstance(d, int) for d in shape):
+    if shape is None:
         return None
+    for d in shape:
+        if not isinstance(d, int):
+            return None
     return tuple(shape)
 
 

@@ -6,6 +6,7 @@ other test packages' conftests.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -39,3 +40,19 @@ def build(nodes, inputs, outputs, initializers=(), opset: int = 17, domains=()) 
     )
     imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
     return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+@functools.cache
+def zoo_model(name: str) -> onnx.ModelProto:
+    """A zoo model, built once per test session (do not modify it)."""
+    from engine.zoo import build as build_zoo
+
+    return build_zoo(name)
+
+
+@functools.cache
+def analysis_of(source: str | Path):
+    """``analyze_model`` of a zoo model name or a model path, once per test session."""
+    from engine.graph import analyze_model
+
+    return analyze_model(source if isinstance(source, Path) else zoo_model(source))

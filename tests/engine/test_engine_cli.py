@@ -77,3 +77,34 @@ def test_internal_error_exits_1(capsys, monkeypatch):
     monkeypatch.setattr("engine.cli.analyze_model", boom)
     code, _, err = run(capsys, "analyze", SQUEEZENET)
     assert code == 1 and err == "error: internal error: RuntimeError: bug\n"
+
+
+def test_json_has_structure_and_no_simplification_unless_asked(capsys):
+    code, out, _ = run(capsys, "analyze", str(LIGHT_DIR / "light_bvlc_alexnet.onnx"), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["simplification"] is None
+    assert [s["resolution"] for s in result["structure"]["stages"]] == [
+        [54, 54], [26, 26], [12, 12], [6, 6]
+    ]  # fmt: skip
+    assert len(result["structure"]["blocks"]) == 4
+    assert all(set(c) == {"index", "anchor", "nodes"} for c in result["structure"]["chains"])
+
+
+def test_simplify_flag_reports_what_changed(capsys):
+    code, out, err = run(capsys, "analyze", SQUEEZENET, "--simplify", "--json")
+    assert code == 0 and err == ""
+    result = json.loads(out)  # onnxslim printed nothing into the JSON
+    simplification = result["simplification"]
+    assert simplification["applied"] is True
+    assert simplification["nodes_before"] == 105
+    assert simplification["nodes_after"] == result["nodes"] < 105
+    assert simplification["ops_after"]["Conv"] == simplification["ops_before"]["Conv"] == 26
+
+
+def test_human_summary_shows_structure_and_simplification(capsys):
+    code, out, _ = run(capsys, "analyze", SQUEEZENET, "--simplify")
+    assert code == 0
+    assert "stages       4  (111x111, 55x55, 27x27, 13x13)" in out
+    assert "blocks       12  (cut at MaxPool / Concat)" in out
+    assert "simplified   105 -> " in out and "(onnxslim 0.1.98)" in out

@@ -26,6 +26,8 @@ TOP_KEYS = {
     "node_list",
     "warnings",
     "analysis_s",
+    "structure",
+    "simplification",
 }
 NODE_KEYS = {
     "name",

@@ -126,10 +126,10 @@ def test_data_movement_costs_bytes_not_flops():
 
 def test_custom_op_and_unknown_shapes_are_not_costed_never_guessed():
     nodes = [
-        helper.make_node("Mystery", ["x"], ["m"], name="mystery", domain="com.example"),
+        helper.make_node("Mystery", ["x"], ["m"], name="mystery", domain="com.microsoft"),
         helper.make_node("Relu", ["m"], ["y"], name="after"),
     ]
-    model = build(nodes, [("x", [1, 4])], [("y", [1, 4])], domains=["com.example"])
+    model = build(nodes, [("x", [1, 4])], [("y", [1, 4])], domains=["com.microsoft"])
     analysis = analyze_model(model)
     assert analysis.not_costed == ["mystery", "after"]  # after's input shape is unknown
     assert analysis.flops == 0
