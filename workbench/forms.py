@@ -59,6 +59,11 @@ class StartRunForm(forms.Form):
             "owner_id", "name"
         )
 
+    simplify = forms.BooleanField(
+        required=False,
+        label="Simplify first (fold constants and shape arithmetic with onnxslim; the "
+        "simplified ONNX becomes an artifact and is what gets analyzed)",
+    )
     memory_in_place = forms.BooleanField(
         required=False,
         label="Memory plan: let elementwise ops overwrite their input (in-place reuse)",
@@ -70,7 +75,7 @@ class StartRunForm(forms.Form):
     def options(self) -> dict:
         data = self.cleaned_data
         return {
-            "analyze": {"input_shapes": data["input_shapes"]},
+            "analyze": {"input_shapes": data["input_shapes"], "simplify": data["simplify"]},
             "profile": {"window_s": data["profile_window_s"]},
             "memory": {"in_place": data["memory_in_place"]},
         }

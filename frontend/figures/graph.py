@@ -630,13 +630,12 @@ def builtin_metrics(nodes: Sequence[dict]) -> dict[str, Metric]:
         "op_type": Metric(
             "op type", "categorical", [node["op_type"] for node in nodes], aggregate=heaviest_op
         ),
-        "flops": Metric("FLOPs", values=flops, unit="FLOPs"),
+        "flops": Metric("FLOPs", values=flops),
         "bytes": Metric("bytes moved", values=moved, unit="B"),
         "params": Metric("parameters", values=[node.get("params") for node in nodes]),
         "intensity": Metric(
             "FLOPs per byte",
             values=[node.get("intensity") for node in nodes],
-            unit="FLOPs/B",
             aggregate=intensity,
         ),
     }

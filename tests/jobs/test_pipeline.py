@@ -154,3 +154,26 @@ def test_memory_stage_stores_a_validated_plan_and_shows_it(
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="memory-lower-bound"' in page and "fig-memory-timeline-data" in page
+
+
+def test_analyze_can_simplify_first_and_keeps_the_simplified_model(
+    user, model, enqueued, django_capture_on_commit_callbacks, client
+):
+    run = make_run(
+        user,
+        model,
+        ["analyze"],
+        {"analyze": {"simplify": True}},
+        django_capture_on_commit_callbacks,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_stage.apply(args=[enqueued[0].pk]).get() == "succeeded"
+    result = run.stages.get().result
+    report = result["simplification"]
+    assert report["tool"].startswith("onnxslim") and report["applied"] is True
+    assert report["nodes_after"] <= report["nodes_before"] == 105
+    assert result["structure"]["blocks"]
+    assert run.artifacts.get().name == "simplified.onnx"
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Simplified with onnxslim" in page and 'id="structure"' in page

@@ -40,6 +40,7 @@
     collapsed: new Uint8Array(G),
     metric: data.metrics[0].key,
     selected: null, // an item: node index >= 0, group g as -(g + 1)
+    query: "",
     matches: [],
     cursor: -1,
     range: null,
@@ -158,7 +159,7 @@
 
   function hoverText(item) {
     const figures = data.metrics.filter(function (m) { return m.kind !== "categorical"; })
-      .map(function (m) { return m.label + " " + escapeHtml(metricText(m, item)); });
+      .map(function (m) { return m.label + ": " + escapeHtml(metricText(m, item)); });
     if (isGroup(item)) {
       const g = groupIndex(item);
       return "<b>" + escapeHtml(groups.label[g]) + "</b><br>" + groups.kind[g] + " of " +
@@ -433,6 +434,7 @@
 
   function search(query) {
     const q = query.trim().toLowerCase();
+    state.query = query;
     state.matches = [];
     state.cursor = -1;
     if (q) {
@@ -549,7 +551,10 @@
   metricSelect.addEventListener("change", function () { state.metric = metricSelect.value; draw(); });
   searchBox.addEventListener("input", debounce(function () { search(searchBox.value); }, 150));
   searchBox.addEventListener("keydown", function (event) {
-    if (event.key === "Enter") { event.preventDefault(); nextMatch(); }
+    if (event.key !== "Enter") return;
+    event.preventDefault();
+    if (searchBox.value !== state.query) search(searchBox.value); // typed faster than the debounce
+    nextMatch();
   });
   document.getElementById("graph-expand-all").addEventListener("click", function () {
     state.collapsed.fill(0); refresh();
@@ -585,6 +590,7 @@
     onRelayout();
     requestAnimationFrame(function () {
       root.dataset.renderMs = Math.round(performance.now() - started);
+      root.dataset.readyAtMs = Math.round(performance.now()); // since navigation began
       root.dataset.ready = "1";
     });
   });
