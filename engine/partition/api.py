@@ -1,0 +1,235 @@
+"""The partition stage's entry points: run one algorithm, or compare several fairly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine.errors import ProgressFn
+from engine.partition.baselines import single_unit_makespans
+from engine.partition.problem import PartitionError, PartitionProblem
+from engine.partition.ranks import lower_bound_us
+from engine.partition.registry import PartitionOptions, Plan, get_algorithm
+from engine.partition.simulator import Schedule, simulate, validate
+
+
+@dataclass
+class PartitionResult:
+    """One algorithm's plan, its simulated schedule and how it compares to one unit alone."""
+
+    algorithm: str
+    plan: Plan
+    schedule: Schedule
+    solve_s: float
+    single_unit_ms: dict[str, float]
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    @property
+    def makespan_ms(self) -> float:
+        return self.schedule.makespan_us / 1e3
+
+    @property
+    def best_single_unit(self) -> str | None:
+        units = self.single_unit_ms
+        return min(units, key=units.__getitem__) if units else None
+
+    @property
+    def best_single_unit_ms(self) -> float | None:
+        unit = self.best_single_unit
+        return None if unit is None else self.single_unit_ms[unit]
+
+    @property
+    def gap(self) -> float | None:
+        """``(makespan - bound) / makespan`` for an algorithm that proves a bound."""
+        bound = self.plan.bound_us
+        if bound is None or self.schedule.makespan_us <= 0:
+            return None
+        return max(0.0, (self.schedule.makespan_us - bound) / self.schedule.makespan_us)
+
+    def to_dict(self) -> dict:
+        """The result JSON (ARCHITECTURE 5b ``partition`` keys and the full schedule)."""
+        problem, s = self.schedule.problem, self.schedule
+        units, ops = problem.units, problem.ops
+        best = self.best_single_unit_ms
+        first_reader: dict[tuple[int, int], str] = {}
+        for i in s.order:
+            for k in problem.in_tensors[i]:
+                first_reader.setdefault((k, s.placement[i]), ops[i].name)
+        return {
+            "algorithm": self.algorithm,
+            "makespan_ms": _round(self.makespan_ms),
+            "best_single_unit_ms": _round(best),
+            "best_single_unit": self.best_single_unit,
+            "single_unit_ms": {u: _round(v) for u, v in self.single_unit_ms.items()},
+            "speedup": _round(best / self.makespan_ms) if best and self.makespan_ms else None,
+            "solve_s": round(self.solve_s, 4),
+            "valid": self.valid,
+            "errors": self.errors[:20],
+            "gap": None if self.gap is None else round(self.gap, 4),
+            "bound_ms": _round(None if self.plan.bound_us is None else self.plan.bound_us / 1e3),
+            "status": self.plan.status,
+            "units": list(units),
+            "placement": {ops[i].name: units[u] for i, u in enumerate(s.placement)},
+            "order": [ops[i].name for i in s.order],
+            "timeline": [
+                {
+                    "op": ops[i].name,
+                    "op_type": ops[i].op_type,
+                    "unit": units[s.placement[i]],
+                    "start_us": _round(s.start_us[i]),
+                    "finish_us": _round(s.finish_us[i]),
+                }
+                for i in s.order
+            ],
+            "transfers": [
+                {
+                    "tensor": problem.tensors[t.tensor].name,
+                    "src": "<input>" if t.src_op is None else ops[t.src_op].name,
+                    "dst": first_reader.get((t.tensor, t.dst_unit), "<output>"),
+                    "bytes": t.bytes,
+                    "start_us": _round(t.start_us),
+                    "finish_us": _round(t.finish_us),
+                    "link": f"{units[t.src_unit]}->{units[t.dst_unit]}",
+                }
+                for t in s.transfers
+            ],
+            "unit_busy_us": {units[u]: _round(b) for u, b in enumerate(s.unit_busy_us)},
+            "details": dict(self.plan.details),
+        }
+
+
+def partition_model(
+    problem: PartitionProblem,
+    algorithm: str,
+    options: PartitionOptions | None = None,
+    progress: ProgressFn | None = None,
+) -> PartitionResult:
+    """Run ``algorithm`` on ``problem``, simulate and validate its plan.
+
+    Raises :class:`PartitionError` for an unknown algorithm or one that does not apply
+    (``mobile-cloud`` without a network); a :class:`~engine.errors.Cancelled` raised by
+    ``progress`` propagates.
+    """
+    options = options or PartitionOptions()
+    run = get_algorithm(algorithm)
+    if progress is not None:
+        progress(0.0, f"partitioning with {algorithm}")
+    started = time.perf_counter()
+    plan = run(problem, options, progress)
+    solve_s = time.perf_counter() - started
+    schedule = simulate(problem, plan.placement, plan.order)
+    if progress is not None:
+        progress(1.0, f"{algorithm}: {schedule.makespan_us / 1e3:.3f} ms")
+    return PartitionResult(
+        algorithm=algorithm,
+        plan=plan,
+        schedule=schedule,
+        solve_s=solve_s,
+        single_unit_ms={u: v / 1e3 for u, v in single_unit_makespans(problem).items()},
+        errors=validate(problem, schedule),
+    )
+
+
+DEFAULT_COMPARISON = ("heft", "hope-heuristic", "chain-dp", "blocks", "hope-ilp", "mobile-cloud")
+
+
+def compare_algorithms(
+    problem: PartitionProblem,
+    names: Sequence[str] | None = None,
+    options: PartitionOptions | None = None,
+    progress: ProgressFn | None = None,
+) -> dict:
+    """Run several algorithms on one problem and report them side by side.
+
+    The report holds each algorithm's result JSON, its speedup over the best single unit and
+    its gap to the best lower bound found (the exact solver's, or a simple bound), the best
+    plan, and a verdict that says plainly when partitioning gains little.
+    """
+    options = options or PartitionOptions()
+    if names is None:
+        names = [n for n in DEFAULT_COMPARISON if n != "mobile-cloud" or problem.network]
+    results: dict[str, dict] = {}
+    failures: dict[str, str] = {}
+    for k, name in enumerate(names):
+        try:
+            step = _scaled(progress, k / len(names), (k + 1) / len(names))
+            results[name] = partition_model(problem, name, options, step).to_dict()
+        except PartitionError as e:
+            failures[name] = e.message
+    singles = {u: v / 1e3 for u, v in single_unit_makespans(problem).items()}
+    bounds = [lower_bound_us(problem) / 1e3] + [
+        r["bound_ms"] for r in results.values() if r["bound_ms"] is not None
+    ]
+    bound_ms = max(bounds)
+    exact = results.get("hope-ilp", {}).get("makespan_ms")
+    summary = {}
+    for name, r in results.items():
+        summary[name] = {
+            "makespan_ms": r["makespan_ms"],
+            "speedup": r["speedup"],
+            "solve_s": r["solve_s"],
+            "valid": r["valid"],
+            "gap_to_bound": round(max(0.0, 1 - bound_ms / r["makespan_ms"]), 4)
+            if r["makespan_ms"]
+            else None,
+            "gap_to_exact": round(r["makespan_ms"] / exact - 1, 4) if exact else None,
+        }
+    valid = {n: r for n, r in results.items() if r["valid"]}
+    best = min(valid, key=lambda n: valid[n]["makespan_ms"]) if valid else None
+    report = {
+        "units": list(problem.units),
+        "ops": problem.n,
+        "single_unit_ms": {u: _round(v) for u, v in singles.items()},
+        "best_single_unit": min(singles, key=singles.__getitem__) if singles else None,
+        "best_single_unit_ms": _round(min(singles.values())) if singles else None,
+        "bound_ms": _round(bound_ms),
+        "algorithms": summary,
+        "failed": failures,
+        "best": best,
+        "best_makespan_ms": valid[best]["makespan_ms"] if best else None,
+        "results": results,
+    }
+    report.update(_verdict(report, options.little_gain_pct))
+    if progress is not None:
+        progress(1.0, "comparison done")
+    return report
+
+
+def _verdict(report: dict, little_gain_pct: float) -> dict:
+    best, single = report["best_makespan_ms"], report["best_single_unit_ms"]
+    if best is None:
+        return {"gain_pct": None, "little_to_gain": None, "verdict": "no valid plan"}
+    if single is None:
+        return {
+            "gain_pct": None,
+            "little_to_gain": False,
+            "verdict": "no single unit runs every op: the model must be partitioned",
+        }
+    gain = 100.0 * (single - best) / single
+    unit = report["best_single_unit"]
+    if gain < little_gain_pct:
+        text = (
+            f"little to gain: the best plan ({report['best']}, {best:.3f} ms) is within "
+            f"{max(gain, 0.0):.1f}% of running everything on {unit} ({single:.3f} ms)"
+        )
+    else:
+        text = (
+            f"partitioning helps: {report['best']} runs in {best:.3f} ms, {single / best:.2f}x "
+            f"faster than {unit} alone ({single:.3f} ms)"
+        )
+    return {"gain_pct": round(gain, 2), "little_to_gain": gain < little_gain_pct, "verdict": text}
+
+
+def _scaled(progress: ProgressFn | None, start: float, end: float) -> ProgressFn | None:
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + (end - start) * fraction, message)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)

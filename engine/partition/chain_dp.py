@@ -1,0 +1,65 @@
+"""Chain dynamic program in the style of MOSAIC (as the thesis describes it, ch.2 and 3.6).
+
+The graph is read as a chain: its ops in topological order, with a cut point between every
+two neighbours. Consecutive ops on one unit form a segment; crossing a cut from unit ``a`` to
+unit ``b`` moves every tensor live at that cut (produced before it, read after it) over the
+link ``a -> b``. The program picks the unit of every segment that minimises the sequential
+time: sum of latencies plus cut transfers. The per-op recurrence below is the same program
+as one over segments, since a segment is a run of ops on one unit. Like MOSAIC it ignores
+parallelism between branches; the simulator then runs the plan as it is.
+"""
+
+from __future__ import annotations
+
+import math
+
+from engine.partition.problem import PartitionProblem
+from engine.partition.registry import Plan, register
+
+
+def live_bytes(problem: PartitionProblem) -> list[int]:
+    """``live[p]``: bytes of tensors produced before op ``p`` and read at or after it."""
+    delta = [0] * (problem.n + 1)
+    for t in problem.tensors:
+        if t.src is None or not t.dsts:
+            continue
+        last = max(t.dsts)
+        delta[t.src + 1] += t.bytes
+        delta[last + 1] -= t.bytes
+    live, running = [], 0
+    for p in range(problem.n):
+        running += delta[p]
+        live.append(running)
+    return live
+
+
+@register("chain-dp")
+def schedule_chain_dp(problem: PartitionProblem, options, progress) -> Plan:
+    n, units = problem.n, range(len(problem.units))
+    live = live_bytes(problem)
+    cost = [[math.inf] * len(problem.units) for _ in range(n)]
+    came = [[-1] * len(problem.units) for _ in range(n)]
+    for i in range(n):
+        for v in problem.supported[i]:
+            lat = problem.latency_us[i][v]
+            if i == 0:
+                cost[0][v] = problem.release_us[0][v] + lat
+                continue
+            best, arg = math.inf, -1
+            for u in units:
+                if cost[i - 1][u] == math.inf:
+                    continue
+                at = cost[i - 1][u] + (problem.transfer_us(live[i], u, v) if u != v else 0.0)
+                if at < best:
+                    best, arg = at, u
+            cost[i][v] = max(best, problem.release_us[i][v]) + lat
+            came[i][v] = arg
+    if not n:
+        return Plan((), ())
+    last = min(units, key=lambda v: (cost[n - 1][v] + problem.output_us[n - 1][v], v))
+    placement = [0] * n
+    for i in range(n - 1, -1, -1):
+        placement[i] = last
+        last = came[i][last]
+    segments = 1 + sum(1 for i in range(1, n) if placement[i] != placement[i - 1])
+    return Plan(tuple(placement), tuple(range(n)), details={"segments": segments})

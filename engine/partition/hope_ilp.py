@@ -1,0 +1,250 @@
+"""HOPE's exact scheduler (thesis 3.6.2, constraints 3-1 to 3-6), solved with OR-Tools CP-SAT.
+
+The thesis's ILP, with the linearisation its big-M form needs done by the solver instead:
+
+- ``b_{i,j}`` (op ``i`` on unit ``j``, assigned once: 3-6) is a presence literal ``x[i][j]``,
+  and each op has one start ``S_i``; its end is ``S_i + sum_j cl_{i,j} x[i][j]``.
+- No two ops overlap on a unit (3-4/3-5, the ``psi`` ordering variables with big M): one
+  optional interval per (op, unit) and a no-overlap constraint per unit. Only the intervals
+  actually present take part, which is the ``(2 - b_ij - b_kj) M`` relaxation the summary
+  notes 3-5 is missing.
+- Precedence with transfers (3-1 and 3-3): ``S_k >= E_i`` always, and
+  ``S_k >= E_i + C(a->b)`` enforced only if ``x[i][a]`` and ``x[k][b]``: one reified
+  constraint per edge and pair of units, which handles any number of units (the thesis's
+  ``(b_ij - b_kj) C`` term is only right for two). Transfers occupy links, not units (see
+  :mod:`engine.partition.simulator`), whereas the thesis folds them into ``t_{i,j}``.
+- Makespan ``tau >= E_i + (copy of op i's graph outputs home)``, minimised (3-2), with
+  redundant cuts ``tau >= E_i + (fastest path from i to an exit)`` and, per unit,
+  ``tau >= its total work``.
+
+Times are integers (CP-SAT): latencies are scaled so that the hint's makespan is 10^7 steps,
+and every duration is at least one step. The reported bound is corrected for that
+rounding, so it is a true lower bound on the makespan of the real-valued problem.
+
+Graphs above ``exact_max_ops`` ops are pre-partitioned by upward-rank bisection
+(:mod:`engine.partition.bisection`) and the parts solved in order, each as its own model
+with the earlier parts fixed: their ops' finish times and units bound the part's starts,
+and their busy intervals stay in each unit's no-overlap constraint, so a later part can
+still use an idle gap. The thesis leaves this stitching unspecified. Each part minimises
+the makespan it forces (its ops' ends plus their fastest paths to an exit). Stitched parts
+are not optimal overall: the gap is then measured against a simple bound
+(:func:`engine.partition.ranks.lower_bound_us`), and if the plan that seeds the solver (its
+hint: the best of HEFT, the chain program and the single units) turns out shorter, that plan
+is returned and ``details.returned`` says so.
+The time limit is shared out over the parts still to solve.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from engine.partition.bisection import partition_ops
+from engine.partition.chain_dp import schedule_chain_dp
+from engine.partition.heft import schedule_heft
+from engine.partition.problem import PartitionProblem
+from engine.partition.ranks import lower_bound_us
+from engine.partition.registry import PartitionOptions, Plan, register
+from engine.partition.simulator import Schedule, simulate
+
+_STEPS = 10_000_000  # integer time steps for the hint's makespan
+
+
+@register("hope-ilp")
+def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, progress) -> Plan:
+    deadline = time.perf_counter() + options.time_limit_s
+    hint = _best_cheap_plan(problem, options)
+    scale = _STEPS / max(hint.makespan_us, 1e-9)
+    whole = problem.n <= options.exact_max_ops
+    parts = [list(range(problem.n))] if whole else partition_ops(problem, options.nt, options.eps)
+    ctx = _Context(problem, options, hint, scale)
+    placement = [-1] * problem.n
+    start = [0] * problem.n
+    end = [0] * problem.n
+    statuses: dict[str, int] = defaultdict(int)
+    bound = 0.0
+    for p, part in enumerate(parts):
+        budget = max(0.01, (deadline - time.perf_counter()) / (len(parts) - p))
+        status, part_bound = _solve_part(ctx, part, placement, start, end, budget)
+        statuses[status] += 1
+        if whole and part_bound is not None:
+            bound = part_bound
+        if progress is not None:
+            progress((p + 1) / len(parts), f"exact solve: part {p + 1}/{len(parts)}")
+    order = tuple(sorted(range(problem.n), key=lambda i: (start[i], i)))
+    # Undo the rounding: each of at most 2n + 1 durations on a path moved by < 1 step.
+    bound_us = max(lower_bound_us(problem), (bound - 2 * problem.n - 1) / scale)
+    solved = simulate(problem, placement, order)
+    if whole:
+        status = next(iter(statuses))
+    else:
+        status = "optimal-parts" if set(statuses) == {"optimal"} else "feasible-parts"
+    details = {
+        "parts": len(parts),
+        "part_status": dict(statuses),
+        "solver_makespan_ms": round(solved.makespan_us / 1e3, 6),
+        "hint_makespan_ms": round(hint.makespan_us / 1e3, 6),
+        "returned": "solver",
+    }
+    if hint.makespan_us < solved.makespan_us:
+        # Stitched parts (or a timed-out solve) can lose to the hint: never return worse.
+        details["returned"] = "hint"
+        return Plan(hint.placement, hint.order, bound_us, status, details)
+    return Plan(tuple(placement), order, bound_us, status, details)
+
+
+def _best_cheap_plan(problem: PartitionProblem, options: PartitionOptions) -> Schedule:
+    """The starting hint: the shortest of HEFT, the chain program and every single unit."""
+    plans = [schedule_heft(problem, options, None), schedule_chain_dp(problem, options, None)]
+    plans += [Plan((u,) * problem.n, tuple(range(problem.n))) for u in problem.full_units]
+    schedules = [simulate(problem, p.placement, p.order) for p in plans]
+    return min(schedules, key=lambda s: s.makespan_us)
+
+
+class _Context:
+    """What every part's model shares: the problem in integer steps, the hint and the
+    fastest paths to an exit (``tail``) and from time 0 (``head``)."""
+
+    def __init__(self, problem, options, hint: Schedule, scale: float):
+        self.problem, self.options, self.hint, self.scale = problem, options, hint, scale
+        fastest = [max(1, self.steps(problem.min_latency(i))) for i in range(problem.n)]
+        self.tail = [0] * problem.n
+        for i in range(problem.n - 1, -1, -1):
+            self.tail[i] = max((fastest[k] + self.tail[k] for k in problem.succs[i]), default=0)
+        self.head = [0] * problem.n
+        for i in range(problem.n):
+            self.head[i] = max((self.head[p] + fastest[p] for p in problem.preds[i]), default=0)
+
+    def steps(self, us: float) -> int:
+        return int(round(us * self.scale))
+
+
+def _solve_part(
+    ctx: _Context,
+    part: list[int],
+    placement: list[int],
+    start: list[int],
+    end: list[int],
+    time_limit_s: float,
+) -> tuple[str, float | None]:
+    """Solve ``part`` with everything placed before it fixed; write its times in place.
+
+    The objective is the makespan the part forces: the latest end of its ops plus the
+    fastest path from each to an exit. For the whole graph that is the makespan itself,
+    with the tails as redundant cuts; for a part, it looks ahead to the parts after it.
+    """
+    # Imported here, not at module level: highspy cannot load in a process that has loaded
+    # ortools first, and importing engine.partition should not decide that for a worker.
+    from ortools.sat.python import cp_model
+
+    problem, hint, steps, tail = ctx.problem, ctx.hint, ctx.steps, ctx.tail
+    inside = set(part)
+    supported = {i: problem.supported[i] for i in part}
+    dur = {(i, u): max(1, steps(problem.latency_us[i][u])) for i in part for u in supported[i]}
+    # Earliest start of each op on each unit from graph inputs and from fixed predecessors.
+    earliest = {(i, u): steps(problem.release_us[i][u]) for i, u in dur}
+    arcs: dict[tuple[int, int], int] = {}
+    for i in part:
+        for k in problem.in_tensors[i]:
+            t = problem.tensors[k]
+            if t.src is None:
+                continue
+            if t.src in inside:
+                arcs[(t.src, i)] = max(arcs.get((t.src, i), 0), t.bytes)
+                continue
+            for u in supported[i]:
+                at = end[t.src] + steps(problem.transfer_us(t.bytes, placement[t.src], u))
+                earliest[(i, u)] = max(earliest[(i, u)], at)
+    transfer = {
+        (i, k, a, b): steps(problem.transfer_us(nbytes, a, b)) if a != b else 0
+        for (i, k), nbytes in arcs.items()
+        for a in supported[i]
+        for b in supported[k]
+    }
+    output = {(i, u): steps(problem.output_us[i][u]) for i, u in dur}
+    hint_start, hint_end = _integer_hint(part, hint, dur, earliest, arcs, transfer, placement, end)
+    floor = min(earliest.values(), default=0)
+    horizon = max(
+        hint_end[i] + max(tail[i], max(output[(i, u)] for u in supported[i])) for i in part
+    )
+
+    model = cp_model.CpModel()
+    fixed = [i for i in range(problem.n) if placement[i] >= 0]
+    head = [0] * problem.n if fixed else ctx.head
+    s = {i: model.new_int_var(floor + head[i], horizon, f"s{i}") for i in part}
+    e = {i: model.new_int_var(floor, horizon, f"e{i}") for i in part}
+    x = {key: model.new_bool_var(f"x{key[0]}_{key[1]}") for key in dur}
+    makespan = model.new_int_var(floor, horizon, "makespan")
+    lanes: dict[int, list] = defaultdict(list)
+    for i in part:
+        model.add_exactly_one(x[(i, u)] for u in supported[i])
+        model.add(e[i] == s[i] + sum(dur[(i, u)] * x[(i, u)] for u in supported[i]))
+        model.add(makespan >= e[i] + tail[i])
+        for u in supported[i]:
+            interval = model.new_optional_fixed_size_interval_var(s[i], dur[(i, u)], x[(i, u)], "")
+            lanes[u].append(interval)
+            if earliest[(i, u)] > floor:
+                model.add(s[i] >= earliest[(i, u)]).only_enforce_if(x[(i, u)])
+            if output[(i, u)] > tail[i]:
+                model.add(makespan >= e[i] + output[(i, u)]).only_enforce_if(x[(i, u)])
+    for i in fixed:
+        if end[i] > floor:
+            lanes[placement[i]].append(
+                model.new_fixed_size_interval_var(start[i], end[i] - start[i], "")
+            )
+    for i, k in arcs:
+        model.add(s[k] >= e[i])
+        for a in supported[i]:
+            for b in supported[k]:
+                if transfer[(i, k, a, b)] > 0:
+                    model.add(s[k] >= e[i] + transfer[(i, k, a, b)]).only_enforce_if(
+                        [x[(i, a)], x[(k, b)]]
+                    )
+    for u, lane in lanes.items():
+        model.add_no_overlap(lane)
+        if not fixed:  # redundant load cut: a unit's work fits before the makespan
+            model.add(makespan >= floor + sum(dur[(i, u)] * x[(i, u)] for i in part if (i, u) in x))
+    model.minimize(makespan)
+    for i in part:
+        model.add_hint(s[i], hint_start[i])
+        model.add_hint(e[i], hint_end[i])
+        for u in supported[i]:
+            model.add_hint(x[(i, u)], hint.placement[i] == u)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = ctx.options.workers
+    solver.parameters.random_seed = ctx.options.seed
+    # One thread still gets the LNS portfolio, deterministically.
+    solver.parameters.interleave_search = ctx.options.workers == 1
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        for i in part:  # only without any solution in time: the hint is feasible
+            placement[i], start[i], end[i] = hint.placement[i], hint_start[i], hint_end[i]
+        return ("no-solution", None)
+    for i in part:
+        placement[i] = next(u for u in supported[i] if solver.value(x[(i, u)]))
+        start[i], end[i] = solver.value(s[i]), solver.value(e[i])
+    name = "optimal" if status == cp_model.OPTIMAL else "feasible"
+    return (name, solver.best_objective_bound)
+
+
+def _integer_hint(part, hint, dur, earliest, arcs, transfer, placement, end):
+    """The hint's units and order, replayed in integer steps after every fixed op, so that it
+    is a feasible solution of the part's model."""
+    free: dict[int, int] = defaultdict(int)
+    for i, u in enumerate(placement):
+        if u >= 0:
+            free[u] = max(free[u], end[i])
+    preds: dict[int, list[int]] = defaultdict(list)
+    for i, k in arcs:
+        preds[k].append(i)
+    starts, ends = {}, {}
+    for i in sorted(part, key=lambda i: (hint.start_us[i], i)):
+        u = hint.placement[i]
+        at = max(free[u], earliest[(i, u)])
+        for p in preds[i]:
+            at = max(at, ends[p] + transfer[(p, i, hint.placement[p], u)])
+        starts[i], ends[i] = at, at + dur[(i, u)]
+        free[u] = ends[i]
+    return starts, ends

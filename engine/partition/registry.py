@@ -1,0 +1,110 @@
+"""Options, the plan an algorithm returns, and the registry of algorithms by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import ProgressFn
+from engine.partition.problem import PartitionError, PartitionProblem
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """Options of :func:`engine.partition.partition_model`; each algorithm reads its own.
+
+    Exact (``hope-ilp``): ``time_limit_s`` for the whole solve, ``exact_max_ops`` the largest
+    graph solved in one model, above which it is bisected into parts of fewer than ``nt`` ops
+    with balance ``eps`` (thesis defaults 12 and 0.2), ``workers`` CP-SAT search workers.
+    Heuristic (``hope-heuristic``): window ``k`` (``None``: 4 for 2 units, 3 for 3 or 4, else
+    2, after the thesis), super-op merging of ops faster than ``merge_short_us`` (``None``: a
+    tenth of the mean op latency; 0 disables it). ``blocks``: the ``key_ops`` it cuts at and
+    ``refine_evaluations`` simulated moves at most. ``mobile-cloud``: ``objective`` (latency
+    or energy) and ``mobile_unit`` (``None``: the mobile unit that runs the whole model
+    fastest).
+    ``little_gain_pct``: below this gain over the best single unit, the verdict says so.
+    """
+
+    time_limit_s: float = 10.0
+    exact_max_ops: int = 40
+    nt: int = 12
+    eps: float = 0.2
+    workers: int = 1
+    seed: int = 0
+    k: int | None = None
+    merge_short_us: float | None = None
+    key_ops: tuple[str, ...] = (
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Concat",
+        "Add",
+        "Sum",
+    )
+    refine_evaluations: int = 200
+    objective: str = "latency"
+    mobile_unit: str | None = None
+    little_gain_pct: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s <= 0 or self.nt < 2 or not 0 < self.eps < 1:
+            raise PartitionError("time_limit_s must be > 0, nt >= 2 and 0 < eps < 1")
+        if self.k is not None and not 1 <= self.k <= 8:
+            raise PartitionError("k must be between 1 and 8")
+        if self.objective not in ("latency", "energy"):
+            raise PartitionError("objective must be 'latency' or 'energy'")
+        if self.workers < 1:
+            raise PartitionError("workers must be at least 1")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an algorithm decides: a unit per op and an order; the simulator does the rest.
+
+    ``bound_us`` is a proven lower bound on the makespan when the algorithm has one (the
+    exact solver), ``status`` its solver status, ``details`` algorithm-specific JSON.
+    """
+
+    placement: tuple[int, ...]
+    order: tuple[int, ...]
+    bound_us: float | None = None
+    status: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+Algorithm = Callable[[PartitionProblem, PartitionOptions, ProgressFn], Plan]
+
+_ALGORITHMS: dict[str, Algorithm] = {}
+SINGLE_PREFIX = "single:"
+
+
+def register(name: str) -> Callable[[Algorithm], Algorithm]:
+    """Register an algorithm under ``name``."""
+
+    def decorate(fn: Algorithm) -> Algorithm:
+        _ALGORITHMS[name] = fn
+        return fn
+
+    return decorate
+
+
+def algorithm_names() -> list[str]:
+    """Registered algorithm names (``single:<unit>`` baselines are accepted besides these)."""
+    return sorted(_ALGORITHMS)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    if name.startswith(SINGLE_PREFIX):
+        from engine.partition.baselines import single_unit
+
+        unit = name[len(SINGLE_PREFIX) :]
+        return lambda problem, options, progress: single_unit(problem, unit)
+    try:
+        return _ALGORITHMS[name]
+    except KeyError:
+        raise PartitionError(
+            f"unknown partitioning algorithm '{name}'",
+            code="usage",
+            hint=f"choose one of: {', '.join(algorithm_names())}, or single:<unit>",
+        ) from None
