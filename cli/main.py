@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from cli import client
 from engine import cli as engine_cli
 from engine.memory import cli as memory_cli
+from engine.partition import cli as partition_cli
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     engine_cli.add_commands(subparsers)
     memory_cli.add_commands(subparsers)
+    partition_cli.add_commands(subparsers)
     client.add_commands(subparsers)
     args = parser.parse_args(argv)
     return args.func(args)

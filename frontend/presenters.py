@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
+from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,26 @@ def _memory_rows(report: dict) -> dict:
     return {"planner_rows": rows}
 
 
+def _partition_figures(report: dict) -> dict[str, dict]:
+    results = report.get("results", {})
+    figures = {"compare": algorithm_comparison(report)}
+    if report.get("best"):
+        figures["gantt"] = schedule_gantt(results[report["best"]])
+    if "mobile-cloud" in results:
+        figures["cuts"] = cut_cost_curve(results["mobile-cloud"])
+    return figures
+
+
+def _partition_rows(report: dict) -> dict:
+    rows = sorted(report.get("algorithms", {}).items(), key=lambda kv: kv[1]["makespan_ms"] or 0)
+    return {"rows": rows}
+
+
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
     "profile": Presenter("workbench/stages/profile.html"),
     "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
+    "partition": Presenter("workbench/stages/partition.html", _partition_figures, _partition_rows),
 }
 
 

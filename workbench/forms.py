@@ -8,6 +8,9 @@ from jobs.stages import STAGES
 from workbench.models import Target
 from workbench.targets import latest_versions, visible_targets
 
+# The cloud side of the mobile-cloud split (a preset of engine/targets/presets).
+CLOUD_PRESET = "cloud-xeon-e5-2620v4"
+
 _SHAPE = re.compile(r"^\s*([^=\s]+)\s*=\s*(\d+(?:\s*[x,]\s*\d+)*)\s*$")
 
 
@@ -69,6 +72,12 @@ class StartRunForm(forms.Form):
         label="Memory plan: let elementwise ops overwrite their input (in-place reuse)",
     )
 
+    partition_network = forms.ChoiceField(
+        required=False,
+        choices=[("", "no cloud"), ("3g", "3G"), ("4g", "4G"), ("wifi", "Wi-Fi")],
+        label="Partition: also consider offloading to the cloud preset over",
+    )
+
     def clean_input_shapes(self) -> dict[str, list[int]]:
         return parse_shapes(self.cleaned_data.get("input_shapes", ""))
 
@@ -78,4 +87,9 @@ class StartRunForm(forms.Form):
             "analyze": {"input_shapes": data["input_shapes"], "simplify": data["simplify"]},
             "profile": {"window_s": data["profile_window_s"]},
             "memory": {"in_place": data["memory_in_place"]},
+            "partition": (
+                {"cloud": CLOUD_PRESET, "network": data["partition_network"]}
+                if data["partition_network"]
+                else {}
+            ),
         }

@@ -1,19 +1,21 @@
 """The model graph view: a layered drawing of the analysis's node list, computed here so the
 browser only draws (frontend/static/workbench/graph.js).
 
-The layout is Sugiyama's framework cut down to what runs in linear time on 20,000 nodes in
-pure Python: longest-path layering with a pass that pulls nodes with more consumers than
-producers (weights, constants) down next to their consumers; dummy points on edges that
-span a few layers, so skip connections route around the nodes they pass; barycenter sweeps
-for the order within a layer; and x coordinates that follow the neighbours' mean,
-projected onto the layer's order with a minimum gap (isotonic regression, pool adjacent
-violators), instead of Brandes-Koepf.
+The layout is Sugiyama's framework in what runs in about linear time on 20,000 nodes in
+pure Python: longest-path layering, then nodes with more consumers than producers, and
+weight producers, pulled down next to their consumers; dummy points on edges that span a
+few layers, so that skip connections route around the nodes they pass; barycenter sweeps
+for the order within a layer; Brandes and Koepf's coordinates, which keep chains straight
+and do not drift sideways down a deep graph.
 
-Big models are drawn collapsed: straight chains (their weight producers included) and the
-blocks between single-tensor cuts, or the ``structure`` the analysis carries when present,
-become group nodes. Every node keeps its position in the full layout; the browser draws a
-collapsed group at its head node and drops rows nothing visible occupies, so expanding a
-group needs no new layout.
+Big models open collapsed into nested groups: stages and key-op blocks from the analysis's
+``structure`` when it has one, modules between single-node cuts, straight chains (each
+with its weight producers). Every node keeps its position in the full layout; the browser
+draws a collapsed group at its head node and drops the rows nothing visible occupies, so
+expanding a group needs no new layout.
+
+The node list is in topological order (the analysis sorts it); every metric is a column
+aligned with it, so a new one (latency, compute unit, kernel) is one more ``Metric``.
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ class Group:
 class Layout:
     layer: list[int]  # per node, 0 at the top
     x: list[float]  # per node
-    edges: list[tuple[int, int]]  # (producer, consumer), in layer order
+    edges: list[tuple[int, int]]  # (producer, consumer); producer first in node order
     bends: list[list[float]]  # per edge: x on each layer strictly between its ends, or []
-    order: list[list[int]]  # per layer: node and dummy ids left to right (dummies >= n)
+    dummies: list[list[int]]  # per edge: the ids (>= n) of those bend points in ``order``
+    order: list[list[int]]  # per layer: node and dummy ids, left to right
 
 
 def graph_payload(analysis: dict, metrics: Mapping[str, Metric] | None = None) -> dict:
@@ -164,8 +167,8 @@ def satellites(
 
 
 def layout_graph(n: int, edges: Sequence[tuple[int, int]], light: Collection[int] = ()) -> Layout:
-    """Lay out a DAG of ``n`` nodes top to bottom. ``light`` nodes (weight producers) pull
-    their neighbours sideways only a little. Deterministic for the same input."""
+    """Lay out a DAG of ``n`` nodes top to bottom, deterministically. ``light`` nodes
+    (weight producers) sit beside their consumer and barely sway the order of the rest."""
     edges = [(u, v) if u < v else (v, u) for u, v in edges]  # node order is topological
     light = set(light)
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -214,6 +217,7 @@ def layout_graph(n: int, edges: Sequence[tuple[int, int]], light: Collection[int
         x=x[:n],
         edges=edges,
         bends=[[x[d] for d in chain] for chain in chains],
+        dummies=chains,
         order=order,
     )
 
@@ -405,17 +409,15 @@ def _pack(
     return [x[root[v]] for v in range(size)]
 
 
-def count_crossings(layout: Layout, n: int) -> int:
+def count_crossings(layout: Layout) -> int:
     """Edge crossings between adjacent layers (dummy segments included)."""
     position = {}
     for row in layout.order:
         for index, v in enumerate(row):
             position[v] = index
     segments: dict[int, list[tuple[int, int]]] = {}
-    dummy = n
-    for (u, v), bend in zip(layout.edges, layout.bends, strict=True):
-        path = [u, *range(dummy, dummy + len(bend)), v]
-        dummy += len(bend)
+    for (u, v), dummies in zip(layout.edges, layout.dummies, strict=True):
+        path = [u, *dummies, v]
         if len(path) == 2 and layout.layer[v] - layout.layer[u] != 1:
             continue  # drawn straight, not part of the ordering
         for step, (a, b) in enumerate(zip(path, path[1:], strict=False)):

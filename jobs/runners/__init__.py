@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.errors import ProgressFn
-from jobs.runners import analyze, memory, profile
+from jobs.runners import analyze, memory, partition, profile
 from workbench.models import StageResult
 
 Runner = Callable[[StageResult, ProgressFn], dict]
@@ -14,4 +14,5 @@ RUNNERS: dict[str, Runner] = {
     "analyze": analyze.run,
     "profile": profile.run,
     "memory": memory.run,
+    "partition": partition.run,
 }

@@ -177,3 +177,50 @@ def test_analyze_can_simplify_first_and_keeps_the_simplified_model(
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Simplified with onnxslim" in page and 'id="structure"' in page
+
+
+def test_partition_stage_compares_algorithms_and_checks_the_split(
+    user, enqueued, django_capture_on_commit_callbacks, client
+):
+    inception = store_model_file(
+        SQUEEZENET.parent / "light_inception_v1.onnx", owner=user, name="inception_v1.onnx"
+    )
+    phone = Target.objects.filter(name__startswith="phone-").first()
+    with django_capture_on_commit_callbacks(execute=True):
+        run = pipeline.create_run(
+            owner=user,
+            model=inception,
+            target=phone,
+            stages=["partition"],
+            options={
+                "partition": {
+                    "algorithms": ["heft", "hope-heuristic", "chain-dp"],
+                    "time_limit_s": 5,
+                }
+            },
+        )
+    for i in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert run_stage.apply(args=[enqueued[i].pk]).get() == "succeeded"
+    report = run.stages.get(stage="partition").result
+    assert set(report["algorithms"]) == {"heft", "hope-heuristic", "chain-dp"}
+    assert all(a["valid"] for a in report["algorithms"].values())
+    assert report["verdict"]
+    check = report["execution_check"]
+    assert check["outputs_match"] and check["boundaries_match"]
+    assert run.artifacts.get(stage="partition").name.endswith(".zip")
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="partition-verdict"' in page and "fig-partition-gantt-data" in page
+
+
+def test_partition_on_a_single_unit_target_says_why_not(
+    user, model, enqueued, django_capture_on_commit_callbacks
+):
+    run = make_run(user, model, ["partition"], None, django_capture_on_commit_callbacks)
+    for i in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            run_stage.apply(args=[enqueued[i].pk])
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert "nothing to partition" in run.error_message

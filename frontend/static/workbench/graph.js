@@ -21,7 +21,7 @@
   const searchBox = document.getElementById("graph-search");
   const searchStatus = document.getElementById("graph-search-status");
   const metricSelect = document.getElementById("graph-metric");
-  const TRACE = { edges: 0, valued: 1, unknown: 2, matches: 3, selected: 4, labels: 5 };
+  const LABELS_TRACE = 5; // see traces()
   const LABEL_LIMIT = 150; // op names are written next to the markers below this many in view
   const PALETTE = [
     "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
@@ -179,7 +179,7 @@
       const known = value !== null && value !== undefined && !(log && value <= 0);
       const points = known ? valued : unknown;
       const [x, y] = position(item);
-      points.items.push(item); points.x.push(x); points.y.push(y);
+      points.x.push(x); points.y.push(y);
       points.text.push(hoverText(item));
       points.symbol.push(isGroup(item) ? "square" : "circle");
       points.size.push(isGroup(item) ? 11 + Math.min(10, 2 * Math.log2(groups.size[groupIndex(item)])) : 9);
@@ -194,11 +194,11 @@
       pointTrace(unknown, { color: GREY, symbol: unknown.symbol, size: unknown.size, line: { width: 1, color: "#8a93a3" } }, "no value"),
     ];
 
-    function emptyPoints() { return { items: [], x: [], y: [], text: [], symbol: [], size: [], color: [] }; }
+    function emptyPoints() { return { x: [], y: [], text: [], symbol: [], size: [], color: [] }; }
     function pointTrace(p, mk, name) {
       return {
         type: traceType, mode: "markers", name: name, x: p.x, y: p.y, marker: mk,
-        hovertext: p.text, hoverinfo: "text", items: p.items,
+        hovertext: p.text, hoverinfo: "text",
       };
     }
   }
@@ -296,7 +296,9 @@
     delete root.dataset.lastRenderMs;
     drawLegend();
     return window.Plotly.react(plot, traces(), layout(), {
-      scrollZoom: true, displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"],
+      // No double-click reset: two quick clicks on two nodes must not throw the view away.
+      scrollZoom: true, doubleClick: false, displaylogo: false, responsive: true,
+      modeBarButtonsToRemove: ["select2d", "lasso2d"],
     }).then(function () { root.dataset.lastRenderMs = Math.round(performance.now() - t); });
   }
 
@@ -307,19 +309,15 @@
       legend.append(swatch(GREY, "zero or unknown"));
       return;
     }
-    const counts = new Map();
-    view.items.forEach(function (item) {
-      const value = metricValue(m, item);
-      if (value !== null && value !== undefined) counts.set(value, (counts.get(value) || 0) + 1);
-    });
-    Array.from(counts.keys()).sort(function (a, b) { return a - b; }).slice(0, 24).forEach(function (value) {
-      legend.append(swatch(PALETTE[value % PALETTE.length], m.categories[value] + " " + counts.get(value)));
+    const shown = new Set();
+    view.items.forEach(function (item) { shown.add(metricValue(m, item)); });
+    m.categories.forEach(function (category, value) { // commonest first
+      if (shown.has(value)) legend.append(swatch(PALETTE[value % PALETTE.length], category));
     });
   }
 
   function swatch(color, text) {
-    const span = el("span", { class: "swatch" }, el("i", { style: "background:" + color }), text);
-    return span;
+    return el("span", { class: "swatch" }, el("i", { style: "background:" + color }), text);
   }
 
   // -- view range ---------------------------------------------------------------------------
@@ -329,19 +327,22 @@
     return [Math.max(box.width - 16, 100), Math.max(box.height - 16, 100)];
   }
 
-  function initialRange() {
-    const rows = Math.min(view.rows, 45);
+  function square(center, rows) {
+    // A view around ``center`` ``rows`` tall, with as much x per pixel as y per pixel.
     const [w, h] = plotSize();
-    let low = Infinity, high = -Infinity, sum = 0, count = 0;
+    const width = rows * w / h;
+    return { x: [center[0] - width / 2, center[0] + width / 2], y: [center[1] - rows / 2, center[1] + rows / 2] };
+  }
+
+  function initialRange() {
+    // The top of the graph at a readable scale, centred on what is drawn there.
+    const rows = Math.min(view.rows, 45);
+    let sum = 0, count = 0;
     view.items.forEach(function (item) {
       const [x, y] = position(item);
-      if (x < low) low = x;
-      if (x > high) high = x;
       if (y > -rows) { sum += x; count += 1; }
     });
-    const width = Math.max(high - low + 4, rows * w / h);
-    const center = view.rows <= 45 ? (low + high) / 2 : sum / count;
-    return { x: [center - width / 2, center + width / 2], y: [-rows + 0.5, 1] };
+    return square([sum / count, -rows / 2 + 0.75], rows + 0.5);
   }
 
   function fitRange(items, pad) {
@@ -353,19 +354,19 @@
     return { x: [x0 - pad, x1 + pad], y: [y0 - pad, y1 + pad] };
   }
 
+  function zoomTo(items) {
+    // Matches in view, no more stretched than the screen is.
+    const box = fitRange(items, 3);
+    const [w, h] = plotSize();
+    const rows = Math.max(box.y[1] - box.y[0], (box.x[1] - box.x[0]) * h / w, 12);
+    state.range = square([(box.x[0] + box.x[1]) / 2, (box.y[0] + box.y[1]) / 2], rows);
+  }
+
   function centerOn(item) {
-    const [x, y] = position(item);
-    const r = state.range;
-    const w = Math.min(r.x[1] - r.x[0], 60), h = Math.min(r.y[1] - r.y[0], 40);
-    state.range = { x: [x - w / 2, x + w / 2], y: [y - h / 2, y + h / 2] };
+    state.range = square(position(item), Math.min(state.range.y[1] - state.range.y[0], 40));
   }
 
   // -- interaction --------------------------------------------------------------------------
-
-  function refresh() {
-    view = computeView();
-    return draw();
-  }
 
   function keepInPlace(item, change) {
     // The clicked item stays where it was on screen while rows appear or vanish around it.
@@ -414,14 +415,47 @@
     draw();
   }
 
+  // Clicks are hit-tested here, not taken from plotly_click: in pan mode Plotly recomputes
+  // the hovered point on mouseup against its full-window drag cover, so a click could land
+  // on a point far from the pointer, or on none.
+  let pressedAt = null;
+
+  function onPress(event) {
+    // Only presses on the plotting area itself, not on the mode bar or the colour bar.
+    const onArea = event.target.classList && event.target.classList.contains("nsewdrag");
+    pressedAt = onArea ? [event.clientX, event.clientY] : null;
+  }
+
   function onClick(event) {
-    const point = event.points && event.points[0];
-    if (!point) return;
-    const items = point.data.items;
-    if (!items) return;
-    const item = items[point.pointNumber];
+    const press = pressedAt;
+    pressedAt = null;
+    if (!press || Math.hypot(event.clientX - press[0], event.clientY - press[1]) > 4) return; // a pan
+    const item = itemAt(event.clientX, event.clientY);
+    if (item === null) return;
     if (isGroup(item) && state.collapsed[groupIndex(item)]) expand(groupIndex(item));
     else select(item);
+  }
+
+  function toClient(item) {
+    // From the plotting area's box and the axes' ranges as the page sees them: Plotly's own
+    // pixel mapping is in flux between mousedown and click.
+    const [x, y] = position(item);
+    const area = plot.querySelector(".nsewdrag").getBoundingClientRect();
+    const xr = plot.layout.xaxis.range, yr = plot.layout.yaxis.range;
+    return [
+      area.left + (x - xr[0]) / (xr[1] - xr[0]) * area.width,
+      area.top + (yr[1] - y) / (yr[1] - yr[0]) * area.height,
+    ];
+  }
+
+  function itemAt(clientX, clientY) {
+    let best = null, bestDistance = 12; // px: about a marker's radius, and a little more
+    view.items.forEach(function (item) {
+      const [px, py] = toClient(item);
+      const distance = Math.hypot(px - clientX, py - clientY);
+      if (distance < bestDistance) { best = item; bestDistance = distance; }
+    });
+    return best;
   }
 
   function onRelayout() {
@@ -429,7 +463,7 @@
     if (!xr || !yr) return;
     state.range = { x: xr.slice(), y: yr.slice() };
     const labels = labelTrace();
-    window.Plotly.restyle(plot, { x: [labels.x], y: [labels.y], text: [labels.text] }, [TRACE.labels]);
+    window.Plotly.restyle(plot, { x: [labels.x], y: [labels.y], text: [labels.text] }, [LABELS_TRACE]);
   }
 
   function search(query) {
@@ -444,7 +478,7 @@
       }
     }
     searchStatus.textContent = q ? state.matches.length + (state.matches.length === 1 ? " match" : " matches") : "";
-    if (state.matches.length) state.range = fitRange(matchItems(), 3);
+    if (state.matches.length) zoomTo(matchItems());
     draw();
   }
 
@@ -497,7 +531,6 @@
 
   function showDetails(item) {
     details.replaceChildren();
-    details.dataset.item = item;
     if (isGroup(item)) return showGroup(groupIndex(item));
     const v = item;
     const g = nodes.group[v];
@@ -549,19 +582,24 @@
   }
 
   metricSelect.addEventListener("change", function () { state.metric = metricSelect.value; draw(); });
-  searchBox.addEventListener("input", debounce(function () { search(searchBox.value); }, 150));
+  searchBox.addEventListener("input", debounce(function () {
+    if (searchBox.value !== state.query) search(searchBox.value);
+  }, 150));
   searchBox.addEventListener("keydown", function (event) {
     if (event.key !== "Enter") return;
     event.preventDefault();
     if (searchBox.value !== state.query) search(searchBox.value); // typed faster than the debounce
     nextMatch();
   });
-  document.getElementById("graph-expand-all").addEventListener("click", function () {
-    state.collapsed.fill(0); refresh();
-  });
-  document.getElementById("graph-collapse-all").addEventListener("click", function () {
-    state.collapsed.fill(1); state.selected = null; refresh();
-  });
+  function setAll(collapsed) {
+    state.collapsed.fill(collapsed);
+    view = computeView();
+    if (state.selected === null) state.range = initialRange();
+    else centerOn(state.selected);
+    draw();
+  }
+  document.getElementById("graph-expand-all").addEventListener("click", function () { setAll(0); });
+  document.getElementById("graph-collapse-all").addEventListener("click", function () { setAll(1); });
   document.getElementById("graph-fit").addEventListener("click", function () {
     state.range = fitRange(view.items, 1); draw();
   });
@@ -576,16 +614,16 @@
     locate: function (name) {
       const v = nodes.name.indexOf(name);
       if (v < 0) return null;
-      const [x, y] = position(view.itemOf[v]);
-      const full = plot._fullLayout, box = plot.getBoundingClientRect();
-      return { x: box.left + full.xaxis._offset + full.xaxis.l2p(x), y: box.top + full.yaxis._offset + full.yaxis.l2p(y) };
+      const [x, y] = toClient(view.itemOf[v]);
+      return { x: x, y: y };
     },
     jumpTo: function (name) { const v = nodes.name.indexOf(name); if (v >= 0) jumpTo(v); },
   };
 
   state.range = initialRange();
   draw().then(function () {
-    plot.on("plotly_click", onClick);
+    plot.addEventListener("mousedown", onPress, true);
+    document.addEventListener("click", onClick, true);
     plot.on("plotly_relayout", onRelayout);
     onRelayout();
     requestAnimationFrame(function () {

@@ -1,0 +1,261 @@
+"""The graph view's payload: the layered layout, groups and their collapse bookkeeping,
+and the per-node metrics, built from analysis dicts written inline."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from frontend.figures.graph import (
+    VISIBLE_LIMIT,
+    Metric,
+    count_crossings,
+    graph_payload,
+    layout_graph,
+    node_edges,
+    visible_items,
+)
+
+
+def node(name: str, op: str, inputs: list[str], flops: int = 0, **extra) -> dict:
+    return {
+        "name": name,
+        "op_type": op,
+        "inputs": inputs,
+        "outputs": [name],
+        "output_shapes": [[1, 8, 4, 4]],
+        "macs": flops // 2,
+        "flops": flops,
+        "params": extra.get("params", 0),
+        "bytes_read": extra.get("bytes_read", 100),
+        "bytes_written": extra.get("bytes_written", 100),
+        "intensity": flops / 200,
+        "costed": True,
+    }
+
+
+def analysis(nodes: list[dict], **extra) -> dict:
+    return {"nodes": len(nodes), "inputs": [{"name": "x"}], "node_list": nodes, **extra}
+
+
+def conv_bn_relu(prefix: str, x: str, out: list[dict], weights: bool = True) -> str:
+    if weights:  # made by a node, as in the onnx package's light models
+        out.append(node(f"{prefix}_w", "ConstantOfShape", [f"{prefix}_w_shape"]))
+    out += [
+        node(f"{prefix}_conv", "Conv", [x, f"{prefix}_w"], flops=1000, params=72),
+        node(f"{prefix}_bn", "BatchNormalization", [f"{prefix}_conv"], flops=100),
+        node(f"{prefix}_relu", "Relu", [f"{prefix}_bn"], flops=10),
+    ]
+    return f"{prefix}_relu"
+
+
+def residual_net(blocks: int, weights: bool = True) -> dict:
+    """Residual blocks of two Conv-BN-Relu chains and an Add, with one inception-style
+    module of three branches and a Concat every third block."""
+    nodes = [node("stem", "Relu", ["x"])]
+    x = "stem"
+
+    def chain(prefix: str, x: str) -> str:
+        return conv_bn_relu(prefix, x, nodes, weights)
+
+    for b in range(blocks):
+        if b % 3 == 2:
+            branches = [chain(f"b{b}_{k}", x) for k in range(2)]
+            branches.append(chain(f"b{b}_2b", chain(f"b{b}_2a", x)))
+            nodes.append(node(f"b{b}_cat", "Concat", branches))
+            x = f"b{b}_cat"
+        else:
+            y = chain(f"b{b}_2", chain(f"b{b}_1", x))
+            nodes.append(node(f"b{b}_add", "Add", [y, x], flops=10))
+            x = f"b{b}_add"
+    return analysis(nodes)
+
+
+def random_dag(n: int, seed: int) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    edges = {(rng.randrange(v), v) for v in range(1, n)}  # connected
+    edges |= {tuple(sorted(rng.sample(range(n), 2))) for _ in range(n // 2)}
+    return sorted(edges)
+
+
+def index_of(payload: dict, name: str) -> int:
+    return payload["nodes"]["name"].index(name)
+
+
+# -- layout -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_edge_points_down_and_no_two_nodes_overlap(seed):
+    n = 400
+    edges = random_dag(n, seed)
+    layout = layout_graph(n, edges)
+    assert all(layout.layer[u] < layout.layer[v] for u, v in edges)
+    by_layer: dict[int, list[float]] = {}
+    for v in range(n):
+        by_layer.setdefault(layout.layer[v], []).append(layout.x[v])
+    for xs in by_layer.values():
+        xs.sort()
+        assert all(b - a >= 1 - 1e-9 for a, b in zip(xs, xs[1:], strict=False))
+    # Bends sit on the layers between their edge's ends, never on a node.
+    for (u, v), bend in zip(layout.edges, layout.bends, strict=True):
+        assert len(bend) in (0, layout.layer[v] - layout.layer[u] - 1)
+        for step, x in enumerate(bend, start=1):
+            row = by_layer.get(layout.layer[u] + step, [])
+            assert all(abs(x - other) >= 0.5 - 1e-9 for other in row)
+
+
+def test_layout_is_deterministic():
+    model = residual_net(12)
+    first = json.dumps(graph_payload(model))
+    assert json.dumps(graph_payload(json.loads(json.dumps(model)))) == first
+
+
+def test_weights_sit_next_to_their_consumer_and_skip_edges_bend_around_the_chain():
+    payload = graph_payload(residual_net(2))
+    layer, x = payload["nodes"]["layer"], payload["nodes"]["x"]
+    weight, conv = index_of(payload, "b0_1_w"), index_of(payload, "b0_1_conv")
+    assert layer[weight] == layer[conv] - 1
+    # The skip edge x -> b0_add has no producer inside the graph; the next block's one does.
+    add0, add1 = index_of(payload, "b0_add"), index_of(payload, "b1_add")
+    pairs = list(zip(payload["edges"][::2], payload["edges"][1::2], strict=True))
+    bend = payload["bends"][pairs.index((add0, add1))]
+    assert len(bend) == layer[add1] - layer[add0] - 1
+    chain_x = {x[index_of(payload, f"b1_{k}_{op}")] for k in (1, 2) for op in ("conv", "relu")}
+    assert all(abs(b - c) >= 0.5 for b in bend for c in chain_x)
+
+
+def test_barycenter_sweeps_remove_crossings_of_a_planar_model():
+    model = residual_net(30, weights=False)
+    edges = node_edges(model["node_list"])
+    layout = layout_graph(len(model["node_list"]), edges)
+    assert count_crossings(layout) == 0
+
+
+def test_a_long_edge_that_would_cost_too_many_bends_is_drawn_straight():
+    n = 200
+    edges = [(v, v + 1) for v in range(n - 1)] + [(0, n - 1)]
+    layout = layout_graph(n, edges)
+    assert layout.bends[-1] == []
+    assert all(len(b) == 0 for b in layout.bends)
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+def covered(payload: dict, items: list[tuple[str, int]]) -> list[int]:
+    """Every node behind the visible items, once per item that shows it."""
+    group, parent = payload["nodes"]["group"], payload["groups"]["parent"]
+
+    def inside(v: int, g: int) -> bool:
+        h = group[v]
+        while h >= 0 and h != g:
+            h = parent[h]
+        return h == g
+
+    nodes = []
+    for kind, i in items:
+        nodes += [i] if kind == "node" else [v for v in range(len(group)) if inside(v, i)]
+    return sorted(nodes)
+
+
+def test_a_straight_chain_collapses_with_its_weights_into_one_group():
+    payload = graph_payload(residual_net(3))
+    groups = payload["groups"]
+    branch = payload["nodes"]["group"][index_of(payload, "b2_0_conv")]
+    assert groups["kind"][branch] == "chain"
+    members = [v for v, g in enumerate(payload["nodes"]["group"]) if g == branch]
+    assert [payload["nodes"]["name"][v] for v in members] == [
+        "b2_0_w", "b2_0_conv", "b2_0_bn", "b2_0_relu",
+    ]  # fmt: skip
+    assert groups["head"][branch] == index_of(payload, "b2_0_conv")
+    assert groups["size"][branch] == 4
+    assert groups["label"][branch] == "Conv → BatchNormalization → Relu"
+    flops = next(m for m in payload["metrics"] if m["key"] == "flops")
+    assert flops["group_values"][branch] == 1110
+    # A residual block's two convolutions are one straight line; the Add has two inputs.
+    line = payload["nodes"]["group"][index_of(payload, "b0_2_relu")]
+    assert groups["size"][line] == 8
+    assert groups["label"][line] == "Conv → … → Relu (6 ops)"
+    assert payload["nodes"]["group"][index_of(payload, "b0_add")] != line
+
+
+def test_modules_between_cuts_hold_their_chains_and_collapsing_shows_every_node_once():
+    payload = graph_payload(residual_net(3))
+    kinds, parent = payload["groups"]["kind"], payload["groups"]["parent"]
+    blocks = [g for g, k in enumerate(kinds) if k == "module"]
+    assert len(blocks) == 3  # two residual blocks and the inception-style module
+    chains = [g for g, k in enumerate(kinds) if k == "chain"]
+    assert chains and all(kinds[parent[g]] == "module" for g in chains)
+    n = len(payload["nodes"]["name"])
+    for collapsed in ([], chains, blocks, blocks + chains, [blocks[0], chains[-1]]):
+        items = visible_items(payload, collapsed)
+        assert covered(payload, items) == list(range(n))
+    # Collapsing a block hides its chains; expanding it shows them as they were left.
+    block = blocks[0]
+    inner = [g for g in chains if parent[g] == block]
+    shown = visible_items(payload, [block, *inner])
+    assert ("group", block) in shown and not {("group", g) for g in inner} & set(shown)
+    shown = visible_items(payload, inner)
+    assert {("group", g) for g in inner} <= set(shown)
+
+
+def test_structure_from_the_analysis_is_used_when_present():
+    model = residual_net(3)
+    names = [n["name"] for n in model["node_list"]]
+    half = len(names) // 2
+    model["structure"] = {
+        "stages": [{"index": 0, "nodes": names[:half]}, {"index": 1, "nodes": names[half:]}],
+        "blocks": [],
+        "chains": [{"anchor": "b0_1_conv", "nodes": ["b0_1_conv", "b0_1_bn"]}],
+    }
+    payload = graph_payload(model)
+    kinds = payload["groups"]["kind"]
+    assert kinds.count("stage") == 2
+    chain = payload["nodes"]["group"][index_of(payload, "b0_1_bn")]
+    assert kinds[chain] == "chain"
+    assert payload["groups"]["size"][chain] == 3  # the weight producer joins its consumer
+    assert kinds[payload["groups"]["parent"][chain]] == "module"  # computed: never given
+
+
+def test_a_big_model_opens_collapsed_and_a_small_one_expanded():
+    small = graph_payload(residual_net(3))
+    assert small["collapsed"] == []
+    big = graph_payload(residual_net(180))
+    assert len(big["nodes"]["name"]) > 2000
+    assert big["collapsed"]
+    assert len(visible_items(big, big["collapsed"])) <= VISIBLE_LIMIT
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+
+def test_metrics_are_per_node_columns_with_group_aggregates():
+    model = residual_net(3)
+    latency = {"b2_0_conv": 12.5, "b2_0_relu": 1.5}
+    payload = graph_payload(model, {"latency_us": Metric("latency", values=latency, unit="µs")})
+    metrics = {m["key"]: m for m in payload["metrics"]}
+    assert list(metrics) == ["op_type", "flops", "bytes", "params", "intensity", "latency_us"]
+    conv = index_of(payload, "b2_0_conv")
+    op_type = metrics["op_type"]
+    assert op_type["kind"] == "categorical"
+    assert op_type["categories"][op_type["values"][conv]] == "Conv"
+    chain = payload["nodes"]["group"][conv]
+    assert op_type["categories"][op_type["group_values"][chain]] == "Conv"
+    assert metrics["latency_us"]["values"][conv] == 12.5
+    assert metrics["latency_us"]["values"][index_of(payload, "b2_0_bn")] is None
+    assert metrics["latency_us"]["group_values"][chain] == 14.0
+    assert metrics["bytes"]["group_values"][chain] == 800
+    assert metrics["intensity"]["group_values"][chain] == pytest.approx(1110 / 800, abs=1e-3)
+
+
+def test_a_metric_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError, match="3 values"):
+        graph_payload(residual_net(2), {"bad": Metric("bad", values=[1, 2, 3])})
+
+
+def test_an_empty_graph_gives_an_empty_payload():
+    payload = graph_payload(analysis([]))
+    assert payload["nodes"]["name"] == [] and payload["edges"] == []
