@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from frontend.figures.analysis import analysis_figures
+from frontend.figures.graph import Metric, graph_payload
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 
@@ -16,10 +17,11 @@ from frontend.figures.partition import algorithm_comparison, cut_cost_curve, sch
 class Presenter:
     template: str
     figures: Callable[[dict], dict[str, dict]] = field(default=lambda result: {})
-    context: Callable[[dict], dict] = field(default=lambda result: {})
+    # Extra template context from the result and the run's other results (by stage).
+    context: Callable[[dict, dict], dict] = field(default=lambda result, results: {})
 
 
-def _top_nodes(analysis: dict, n: int = 15) -> dict:
+def _top_nodes(analysis: dict, results: dict, n: int = 15) -> dict:
     nodes = [node for node in analysis.get("node_list", []) if node.get("flops")]
     return {"top_nodes": sorted(nodes, key=lambda node: -node["flops"])[:n]}
 
@@ -32,7 +34,7 @@ def _memory_figures(report: dict) -> dict[str, dict]:
     }
 
 
-def _memory_rows(report: dict) -> dict:
+def _memory_rows(report: dict, results: dict) -> dict:
     rows = [
         {
             "name": name,
@@ -57,21 +59,32 @@ def _partition_figures(report: dict) -> dict[str, dict]:
     return figures
 
 
-def _partition_rows(report: dict) -> dict:
+def _partition_context(report: dict, results: dict) -> dict:
     rows = sorted(report.get("algorithms", {}).items(), key=lambda kv: kv[1]["makespan_ms"] or 0)
-    return {"rows": rows}
+    context = {"rows": rows}
+    analysis, best = results.get("analyze"), report.get("best")
+    if analysis and best:
+        placement = report["results"][best]["placement"]
+        unit = Metric(
+            f"compute unit ({best})", kind="categorical", values=placement, aggregate="mode"
+        )
+        context["graph"] = graph_payload(analysis, {"unit": unit}, initial="unit")
+    return context
 
 
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
     "profile": Presenter("workbench/stages/profile.html"),
     "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
-    "partition": Presenter("workbench/stages/partition.html", _partition_figures, _partition_rows),
+    "partition": Presenter(
+        "workbench/stages/partition.html", _partition_figures, _partition_context
+    ),
 }
 
 
-def present(stage: str, result: dict | None) -> dict | None:
-    """Template, figures and extra context for one stage result (None if nothing to show)."""
+def present(stage: str, result: dict | None, results: dict | None = None) -> dict | None:
+    """Template, figures and extra context for one stage result (None if nothing to show);
+    ``results`` holds the run's results by stage, for views that combine them."""
     presenter = PRESENTERS.get(stage)
     if presenter is None or not result:
         return None
@@ -80,5 +93,5 @@ def present(stage: str, result: dict | None) -> dict | None:
         "template": presenter.template,
         "result": result,
         "figures": presenter.figures(result),
-        **presenter.context(result),
+        **presenter.context(result, results or {}),
     }

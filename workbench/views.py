@@ -143,7 +143,8 @@ def run_detail(request, pk: int):
         pipeline.reap_stale_stages(run_ids=[run.pk])
         run.refresh_from_db()
     stages = list(run.stages.all())
-    presentations = [present(s.stage, s.result) for s in stages if s.status == "succeeded"]
+    results = {s.stage: s.result for s in stages if s.status == "succeeded" and s.result}
+    presentations = [present(stage, result, results) for stage, result in results.items()]
     return render(
         request,
         "workbench/run_detail.html",

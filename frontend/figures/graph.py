@@ -67,11 +67,14 @@ class Layout:
     order: list[list[int]]  # per layer: node and dummy ids, left to right
 
 
-def graph_payload(analysis: dict, metrics: Mapping[str, Metric] | None = None) -> dict:
+def graph_payload(
+    analysis: dict, metrics: Mapping[str, Metric] | None = None, *, initial: str | None = None
+) -> dict:
     """The JSON the graph view draws: columns per node, edges with bends, groups, metrics.
 
     ``metrics`` adds to the built-in ones (op type, FLOPs, bytes, params, intensity), e.g.
-    ``{"latency_us": Metric("latency", values={name: us}, unit="µs")}``.
+    ``{"latency_us": Metric("latency", values={name: us}, unit="µs")}``; ``initial`` names
+    the metric the view opens with (default: the first, op type).
     """
     nodes = analysis.get("node_list") or []
     names = [node["name"] for node in nodes]
@@ -115,6 +118,7 @@ def graph_payload(analysis: dict, metrics: Mapping[str, Metric] | None = None) -
         ],
     }
     payload["collapsed"] = default_collapsed(payload)
+    payload["initial_metric"] = initial if initial in all_metrics else next(iter(all_metrics))
     return payload
 
 

@@ -259,3 +259,21 @@ def test_a_metric_of_the_wrong_length_is_refused():
 def test_an_empty_graph_gives_an_empty_payload():
     payload = graph_payload(analysis([]))
     assert payload["nodes"]["name"] == [] and payload["edges"] == []
+
+
+def test_an_added_categorical_metric_can_open_the_view():
+    from frontend.figures.graph import Metric, graph_payload
+
+    analysis = {
+        "node_list": [
+            {"name": "a", "op_type": "Conv", "inputs": ["x"], "outputs": ["t"], "flops": 10},
+            {"name": "b", "op_type": "Relu", "inputs": ["t"], "outputs": ["y"], "flops": 1},
+        ],
+        "inputs": [{"name": "x"}],
+    }
+    unit = Metric("unit", kind="categorical", values={"a": "gpu", "b": "cpu"}, aggregate="mode")
+    payload = graph_payload(analysis, {"unit": unit}, initial="unit")
+    assert payload["initial_metric"] == "unit"
+    metric = next(m for m in payload["metrics"] if m["key"] == "unit")
+    assert metric["kind"] == "categorical"
+    assert graph_payload(analysis)["initial_metric"] == payload["metrics"][0]["key"]

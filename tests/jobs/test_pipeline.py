@@ -212,6 +212,7 @@ def test_partition_stage_compares_algorithms_and_checks_the_split(
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="partition-verdict"' in page and "fig-partition-gantt-data" in page
+    assert '"initial_metric": "unit"' in page  # the graph opens coloured by unit
 
 
 def test_partition_on_a_single_unit_target_says_why_not(

@@ -38,7 +38,7 @@
 
   const state = {
     collapsed: new Uint8Array(G),
-    metric: data.metrics[0].key,
+    metric: data.initial_metric || data.metrics[0].key,
     selected: null, // an item: node index >= 0, group g as -(g + 1)
     query: "",
     matches: [],
@@ -581,6 +581,7 @@
     }
   }
 
+  metricSelect.value = state.metric;
   metricSelect.addEventListener("change", function () { state.metric = metricSelect.value; draw(); });
   searchBox.addEventListener("input", debounce(function () {
     if (searchBox.value !== state.query) search(searchBox.value);
