@@ -89,6 +89,11 @@ def host_target_profile() -> dict:
                 "mem_bw_gbps": None,
                 "launch_us": None,
                 "supports": "all",
+                "source": {
+                    "cores": "measured: usable cores of this process (os.sched_getaffinity)",
+                    "peak_gflops.fp32": "unknown until measured (engine.profiling.roofs)",
+                    "mem_bw_gbps": "unknown until measured (engine.profiling.roofs)",
+                },
             }
         ],
         "links": [],

@@ -1,0 +1,531 @@
+"""Target profiles (ARCHITECTURE section 6): dataclasses and their validation.
+
+A profile describes the compute units of a target, the links between them, their power
+and, for the mobile-cloud split, the networks to a server. :func:`validate_profile` turns a
+JSON document into a :class:`TargetProfile` or raises :class:`ProfileError` listing every
+problem found as ``(field path, reason)``; it never stops at the first one.
+
+Units of measure (one convention everywhere): ``*_gbps`` fields are gigabytes per second
+(memory and link bandwidth), network ``*_mbps`` fields are megabits per second, as networks
+are usually quoted. ``peak_gflops`` holds GFLOPS (GOPS for integer types) per dtype: a dtype
+that is absent means the unit cannot compute in it, a dtype mapped to ``null`` means it can
+but the number is unknown. Unknown numbers stay ``None``: nothing here invents a default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import EngineError
+
+SCHEMA_VERSION = 1
+TARGET_KINDS = ("measured", "remote", "modeled")
+UNIT_KINDS = ("cpu", "gpu", "dsp", "npu", "dsa")
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
+DEFAULT_EFFICIENCY_KEY = "*"
+"""Key of ``Unit.efficiency`` that applies to op types without a factor of their own."""
+
+Source = str | dict[str, str] | None
+"""Where numbers come from: one citation for the entry, or one per field name."""
+
+
+class ProfileError(EngineError):
+    """A target profile that does not validate; ``problems`` lists ``(field, reason)``."""
+
+    code = "invalid_target"
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = list(problems)
+        shown = "; ".join(f"{path}: {reason}" for path, reason in self.problems[:8])
+        more = f" (and {len(self.problems) - 8} more)" if len(self.problems) > 8 else ""
+        super().__init__(
+            f"invalid target profile, {len(self.problems)} problem(s): {shown}{more}",
+            hint="Fix the listed fields; unknown numbers may be left null.",
+        )
+
+    def to_dict(self) -> dict:
+        result: dict[str, Any] = dict(super().to_dict())
+        result["problems"] = [{"field": f, "reason": r} for f, r in self.problems]
+        return result
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A compute unit. ``cores`` counts all cores; with ``clusters`` they split evenly.
+
+    ``local_buffer_bytes`` is per core and ``global_buffer_bytes`` per cluster (per unit
+    without clusters), as in GraphTurbo's DSA abstraction. ``efficiency`` holds the fraction
+    of the roofline each op type reaches (1.0 = on the roof), fitted by calibration.
+    """
+
+    name: str
+    kind: str
+    cores: int | None = None
+    clusters: int | None = None
+    frequency_ghz: float | None = None
+    peak_gflops: dict[str, float | None] = field(default_factory=dict)
+    mem_bw_gbps: float | None = None
+    launch_us: float | None = None
+    supports: str | tuple[str, ...] = "all"
+    local_buffer_bytes: int | None = None
+    global_buffer_bytes: int | None = None
+    efficiency: dict[str, float] = field(default_factory=dict)
+    description: str = ""
+    source: Source = None
+
+    def supports_op(self, op_type: str) -> bool:
+        return self.supports == "all" or op_type in self.supports
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "cores": self.cores,
+            "clusters": self.clusters,
+            "frequency_ghz": self.frequency_ghz,
+            "peak_gflops": dict(self.peak_gflops),
+            "mem_bw_gbps": self.mem_bw_gbps,
+            "launch_us": self.launch_us,
+            "supports": self.supports if self.supports == "all" else list(self.supports),
+            "local_buffer_bytes": self.local_buffer_bytes,
+            "global_buffer_bytes": self.global_buffer_bytes,
+            "efficiency": dict(self.efficiency),
+            "description": self.description,
+            "source": _copy_source(self.source),
+        }
+
+
+@dataclass(frozen=True)
+class Link:
+    """Moving a tensor from ``src`` to ``dst`` costs ``latency_us + bytes / gbps``.
+
+    ``zero_copy`` units share memory and layout (big and LITTLE clusters): moving is free.
+    A bidirectional link also prices the reverse direction.
+    """
+
+    src: str
+    dst: str
+    latency_us: float | None = None
+    gbps: float | None = None
+    zero_copy: bool = False
+    bidirectional: bool = True
+    source: Source = None
+
+    def to_dict(self) -> dict:
+        return {
+            "from": self.src,
+            "to": self.dst,
+            "latency_us": self.latency_us,
+            "gbps": self.gbps,
+            "zero_copy": self.zero_copy,
+            "bidirectional": self.bidirectional,
+            "source": _copy_source(self.source),
+        }
+
+
+@dataclass(frozen=True)
+class Power:
+    """Power of a unit while it computes and while idle; energy uses the difference."""
+
+    active_w: float | None = None
+    idle_w: float | None = None
+    source: Source = None
+
+    def to_dict(self) -> dict:
+        return {
+            "active_w": self.active_w,
+            "idle_w": self.idle_w,
+            "source": _copy_source(self.source),
+        }
+
+
+@dataclass(frozen=True)
+class Network:
+    """A wireless link to a server (thesis eq. 3-1/3-2: T = RTT + bytes / bandwidth, E = w T)."""
+
+    name: str
+    rtt_ms: float | None = None
+    up_mbps: float | None = None
+    down_mbps: float | None = None
+    radio_w: float | None = None
+    source: Source = None
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "rtt_ms": self.rtt_ms,
+            "up_mbps": self.up_mbps,
+            "down_mbps": self.down_mbps,
+            "radio_w": self.radio_w,
+            "source": _copy_source(self.source),
+        }
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    """A validated target profile; :meth:`to_dict` gives back a document that validates."""
+
+    name: str
+    kind: str
+    units: tuple[Unit, ...]
+    version: int = 1
+    description: str = ""
+    links: tuple[Link, ...] = ()
+    power: dict[str, Power] = field(default_factory=dict)
+    networks: tuple[Network, ...] = ()
+    machine: dict | None = None
+    queue: str | None = None
+    """The job queue of the worker that measures this target (measured targets)."""
+    notes: tuple[str, ...] = ()
+
+    def unit(self, name: str) -> Unit:
+        for unit in self.units:
+            if unit.name == name:
+                return unit
+        raise EngineError(f"target '{self.name}' has no unit '{name}'", code="invalid_target")
+
+    def network(self, name: str) -> Network:
+        for network in self.networks:
+            if network.name == name:
+                return network
+        raise EngineError(f"target '{self.name}' has no network '{name}'", code="invalid_target")
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "name": self.name,
+            "kind": self.kind,
+            "version": self.version,
+            "description": self.description,
+            "units": [u.to_dict() for u in self.units],
+            "links": [link.to_dict() for link in self.links],
+            "power": {name: p.to_dict() for name, p in self.power.items()},
+            "networks": [n.to_dict() for n in self.networks],
+            "machine": self.machine,
+            "queue": self.queue,
+            "notes": list(self.notes),
+        }
+
+
+def validate_profile(document: Any) -> TargetProfile:
+    """Validate a profile document (parsed JSON/YAML) and return the :class:`TargetProfile`.
+
+    Raises :class:`ProfileError` with every problem as ``(field path, reason)``, e.g.
+    ``("units[1].mem_bw_gbps", "must be positive, got -3")``. A single ``network`` mapping
+    (as in the architecture's example) is accepted as a network named ``default``.
+    """
+    check = _Checker()
+    if not isinstance(document, Mapping):
+        raise ProfileError([("", f"a profile must be a mapping, got {type(document).__name__}")])
+    check.keys(document, "", _PROFILE_KEYS, required=("name", "kind", "units"))
+    name = check.text(document.get("name"), "name")
+    kind = check.choice(document.get("kind"), "kind", TARGET_KINDS)
+    version = check.number(document.get("version", 1), "version", integer=True, positive=True)
+    if document.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        check.problem("schema_version", f"only version {SCHEMA_VERSION} is known")
+    units = _units(check, document.get("units"))
+    unit_names = {u.name for u in units}
+    links = _links(check, document.get("links", []), unit_names)
+    power = _power(check, document.get("power", {}), unit_names)
+    networks = _networks(check, document)
+    machine = document.get("machine")
+    if machine is not None and not isinstance(machine, Mapping):
+        check.problem("machine", "must be a mapping")
+    queue = document.get("queue")
+    if queue is not None and not (isinstance(queue, str) and queue):
+        check.problem("queue", "must be a non-empty string or null")
+    notes = document.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        check.problem("notes", "must be a list of strings")
+        notes = []
+    if check.problems:
+        raise ProfileError(check.problems)
+    return TargetProfile(
+        name=name,
+        kind=kind,
+        units=tuple(units),
+        version=int(version),
+        description=str(document.get("description") or ""),
+        links=tuple(links),
+        power=power,
+        networks=tuple(networks),
+        machine=dict(machine) if machine else None,
+        queue=queue,
+        notes=tuple(notes),
+    )
+
+
+_PROFILE_KEYS = frozenset(
+    {
+        "schema_version", "name", "kind", "version", "description", "units", "links",
+        "power", "network", "networks", "machine", "queue", "notes",
+    }
+)  # fmt: skip
+_UNIT_KEYS = frozenset(
+    {
+        "name", "kind", "cores", "clusters", "frequency_ghz", "peak_gflops", "mem_bw_gbps",
+        "launch_us", "supports", "local_buffer_bytes", "global_buffer_bytes", "efficiency",
+        "description", "source",
+    }
+)  # fmt: skip
+_LINK_KEYS = frozenset({"from", "to", "latency_us", "gbps", "zero_copy", "bidirectional", "source"})
+_POWER_KEYS = frozenset({"active_w", "idle_w", "source"})
+_NETWORK_KEYS = frozenset({"name", "rtt_ms", "up_mbps", "down_mbps", "radio_w", "source"})
+
+
+def _units(check: _Checker, raw: Any) -> list[Unit]:
+    if not isinstance(raw, list) or not raw:
+        check.problem("units", "must be a non-empty list of compute units")
+        return []
+    units, seen = [], set()
+    for i, item in enumerate(raw):
+        path = f"units[{i}]"
+        if not isinstance(item, Mapping):
+            check.problem(path, "must be a mapping")
+            continue
+        check.keys(item, path, _UNIT_KEYS, required=("name", "kind"))
+        name = check.text(item.get("name"), f"{path}.name")
+        if name in seen:
+            check.problem(f"{path}.name", f"unit '{name}' is defined twice")
+        seen.add(name)
+        cores = check.number(item.get("cores"), f"{path}.cores", integer=True, positive=True)
+        clusters = check.number(
+            item.get("clusters"), f"{path}.clusters", integer=True, positive=True
+        )
+        if cores and clusters and cores % clusters:
+            check.problem(f"{path}.cores", f"{cores} cores do not split into {clusters} clusters")
+        local = check.number(
+            item.get("local_buffer_bytes"), f"{path}.local_buffer_bytes", integer=True
+        )
+        global_ = check.number(
+            item.get("global_buffer_bytes"), f"{path}.global_buffer_bytes", integer=True
+        )
+        if local is not None and global_ is not None and local > global_:
+            check.problem(
+                f"{path}.local_buffer_bytes",
+                f"local buffer ({local} bytes) is larger than the global buffer ({global_} bytes)",
+            )
+        units.append(
+            Unit(
+                name=name,
+                kind=check.choice(item.get("kind"), f"{path}.kind", UNIT_KINDS),
+                cores=cores,
+                clusters=clusters,
+                frequency_ghz=check.number(
+                    item.get("frequency_ghz"), f"{path}.frequency_ghz", positive=True
+                ),
+                peak_gflops=_peaks(check, item.get("peak_gflops", {}), f"{path}.peak_gflops"),
+                mem_bw_gbps=check.number(
+                    item.get("mem_bw_gbps"), f"{path}.mem_bw_gbps", positive=True
+                ),
+                launch_us=check.number(item.get("launch_us"), f"{path}.launch_us"),
+                supports=_supports(check, item.get("supports", "all"), f"{path}.supports"),
+                local_buffer_bytes=local,
+                global_buffer_bytes=global_,
+                efficiency=_efficiency(check, item.get("efficiency", {}), f"{path}.efficiency"),
+                description=str(item.get("description") or ""),
+                source=check.source(item.get("source"), f"{path}.source"),
+            )
+        )
+    return units
+
+
+def _peaks(check: _Checker, raw: Any, path: str) -> dict[str, float | None]:
+    if not isinstance(raw, Mapping):
+        check.problem(path, "must map a dtype to GFLOPS")
+        return {}
+    peaks = {}
+    for dtype, value in raw.items():
+        if dtype not in DTYPES:
+            check.problem(f"{path}.{dtype}", f"unknown dtype; known: {', '.join(DTYPES)}")
+            continue
+        peaks[dtype] = check.number(value, f"{path}.{dtype}", positive=True)
+    return peaks
+
+
+def _supports(check: _Checker, raw: Any, path: str) -> str | tuple[str, ...]:
+    if raw == "all":
+        return "all"
+    if not isinstance(raw, list) or not all(isinstance(op, str) and op for op in raw):
+        check.problem(path, "must be 'all' or a list of op types")
+        return "all"
+    return tuple(raw)
+
+
+def _efficiency(check: _Checker, raw: Any, path: str) -> dict[str, float]:
+    if not isinstance(raw, Mapping):
+        check.problem(path, "must map an op type to a factor")
+        return {}
+    factors = {}
+    for op_type, value in raw.items():
+        factor = check.number(value, f"{path}.{op_type}", positive=True)
+        if value is None:
+            check.problem(f"{path}.{op_type}", "a factor cannot be null; leave the op type out")
+        elif factor is not None:
+            factors[str(op_type)] = factor
+    return factors
+
+
+def _links(check: _Checker, raw: Any, unit_names: set[str]) -> list[Link]:
+    if not isinstance(raw, list):
+        check.problem("links", "must be a list")
+        return []
+    links, pairs = [], set()
+    for i, item in enumerate(raw):
+        path = f"links[{i}]"
+        if not isinstance(item, Mapping):
+            check.problem(path, "must be a mapping")
+            continue
+        check.keys(item, path, _LINK_KEYS, required=("from", "to"))
+        src, dst = item.get("from"), item.get("to")
+        for end, value in (("from", src), ("to", dst)):
+            if value is not None and value not in unit_names:
+                check.problem(f"{path}.{end}", f"no unit named '{value}'")
+        if src is not None and src == dst:
+            check.problem(path, "a link must join two different units")
+        if (src, dst) in pairs:
+            check.problem(path, f"a second link from '{src}' to '{dst}'")
+        pairs.add((src, dst))
+        zero_copy = check.flag(item.get("zero_copy", False), f"{path}.zero_copy")
+        links.append(
+            Link(
+                src=str(src),
+                dst=str(dst),
+                latency_us=check.number(item.get("latency_us"), f"{path}.latency_us"),
+                gbps=check.number(item.get("gbps"), f"{path}.gbps", positive=True),
+                zero_copy=zero_copy,
+                bidirectional=check.flag(item.get("bidirectional", True), f"{path}.bidirectional"),
+                source=check.source(item.get("source"), f"{path}.source"),
+            )
+        )
+    return links
+
+
+def _power(check: _Checker, raw: Any, unit_names: set[str]) -> dict[str, Power]:
+    if not isinstance(raw, Mapping):
+        check.problem("power", "must map a unit name to its power")
+        return {}
+    power = {}
+    for name, item in raw.items():
+        path = f"power.{name}"
+        if name not in unit_names:
+            check.problem(path, f"no unit named '{name}'")
+        if not isinstance(item, Mapping):
+            check.problem(path, "must be a mapping")
+            continue
+        check.keys(item, path, _POWER_KEYS)
+        active = check.number(item.get("active_w"), f"{path}.active_w")
+        idle = check.number(item.get("idle_w"), f"{path}.idle_w")
+        if active is not None and idle is not None and idle > active:
+            check.problem(f"{path}.idle_w", f"idle power ({idle} W) exceeds active ({active} W)")
+        power[str(name)] = Power(active, idle, check.source(item.get("source"), f"{path}.source"))
+    return power
+
+
+def _networks(check: _Checker, document: Mapping) -> list[Network]:
+    raw = document.get("networks", [])
+    if "network" in document:
+        if "networks" in document:
+            check.problem("network", "give either 'network' or 'networks', not both")
+        raw = [{"name": "default", **document["network"]}] if document["network"] else []
+    if not isinstance(raw, list):
+        check.problem("networks", "must be a list")
+        return []
+    networks, seen = [], set()
+    for i, item in enumerate(raw):
+        path = f"networks[{i}]"
+        if not isinstance(item, Mapping):
+            check.problem(path, "must be a mapping")
+            continue
+        check.keys(item, path, _NETWORK_KEYS, required=("name",))
+        name = check.text(item.get("name"), f"{path}.name")
+        if name in seen:
+            check.problem(f"{path}.name", f"network '{name}' is defined twice")
+        seen.add(name)
+        networks.append(
+            Network(
+                name=name,
+                rtt_ms=check.number(item.get("rtt_ms"), f"{path}.rtt_ms"),
+                up_mbps=check.number(item.get("up_mbps"), f"{path}.up_mbps", positive=True),
+                down_mbps=check.number(item.get("down_mbps"), f"{path}.down_mbps", positive=True),
+                radio_w=check.number(item.get("radio_w"), f"{path}.radio_w"),
+                source=check.source(item.get("source"), f"{path}.source"),
+            )
+        )
+    return networks
+
+
+class _Checker:
+    """Collects problems; each check returns a usable value (or None) so validation goes on."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    def problem(self, path: str, reason: str) -> None:
+        self.problems.append((path, reason))
+
+    def keys(
+        self, item: Mapping, path: str, allowed: frozenset[str], required: tuple[str, ...] = ()
+    ) -> None:
+        prefix = f"{path}." if path else ""
+        for key in item:
+            if key not in allowed:
+                self.problem(f"{prefix}{key}", "unknown field")
+        for key in required:
+            if item.get(key) is None:
+                self.problem(f"{prefix}{key}", "is required")
+
+    def text(self, value: Any, path: str) -> str:
+        if value is None:
+            return ""
+        if not isinstance(value, str) or not value.strip():
+            self.problem(path, "must be a non-empty string")
+            return str(value)
+        return value
+
+    def choice(self, value: Any, path: str, allowed: tuple[str, ...]) -> str:
+        if value is not None and value not in allowed:
+            self.problem(path, f"unknown value '{value}'; expected one of {', '.join(allowed)}")
+        return str(value)
+
+    def flag(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.problem(path, "must be true or false")
+            return False
+        return value
+
+    def number(
+        self, value: Any, path: str, *, integer: bool = False, positive: bool = False
+    ) -> Any:
+        """``None`` stays ``None`` (unknown); anything else must be a finite number >= 0."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(path, f"must be a number or null, got {value!r}")
+            return None
+        if value != value or value in (float("inf"), float("-inf")):
+            self.problem(path, "must be finite")
+            return None
+        if integer and value != int(value):
+            self.problem(path, f"must be a whole number, got {value}")
+            return None
+        if value < 0 or (positive and value == 0):
+            self.problem(path, f"must be {'positive' if positive else 'non-negative'}, got {value}")
+            return None
+        return int(value) if integer else float(value)
+
+    def source(self, value: Any, path: str) -> Source:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            return dict(value)
+        self.problem(path, "must be a citation string or a mapping of field to citation")
+        return None
+
+
+def _copy_source(source: Source) -> Source:
+    return dict(source) if isinstance(source, dict) else source
