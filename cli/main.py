@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cli import client
 from engine import cli as engine_cli
+from engine.accuracy import cli as accuracy_cli
 from engine.memory import cli as memory_cli
 from engine.partition import cli as partition_cli
 
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine_cli.add_commands(subparsers)
     memory_cli.add_commands(subparsers)
     partition_cli.add_commands(subparsers)
+    accuracy_cli.add_commands(subparsers)
     client.add_commands(subparsers)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -7,6 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from frontend.figures.accuracy import (
+    error_by_layer,
+    error_histogram,
+    layer_errors_by_node,
+    metric_table,
+    verdict_card,
+)
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
@@ -72,12 +79,32 @@ def _partition_context(report: dict, results: dict) -> dict:
     return context
 
 
+def _accuracy_context(report: dict, results: dict) -> dict:
+    context = {"card": verdict_card(report), "table": metric_table(report)}
+    analysis, by_node = results.get("analyze"), layer_errors_by_node(report)
+    if analysis and by_node and "partition" not in results:  # one graph view per page
+        snr = Metric(
+            "error: SNR of the layer (dB)",
+            values={node: e["snr_db"] for node, e in by_node.items()},
+            unit="dB",
+            scale="linear",
+            aggregate="min",
+        )
+        context["graph"] = graph_payload(analysis, {"snr_db": snr}, initial="snr_db")
+    return context
+
+
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
     "profile": Presenter("workbench/stages/profile.html"),
     "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
     "partition": Presenter(
         "workbench/stages/partition.html", _partition_figures, _partition_context
+    ),
+    "accuracy": Presenter(
+        "workbench/stages/accuracy.html",
+        lambda r: {"layers": error_by_layer(r), "histogram": error_histogram(r)},
+        _accuracy_context,
     ),
 }
 

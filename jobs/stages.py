@@ -45,6 +45,14 @@ STAGES: dict[str, StageInfo] = {
             "one simulator; the best plan's sub-models are run against the whole model.",
             time_limit_s=30 * 60,
         ),
+        StageInfo(
+            "accuracy",
+            "Accuracy",
+            "Run a candidate (fp16 conversion, simplified model, partitioned execution, or "
+            "another ONNX file) and onnxruntime fp32 on the same inputs; metrics per output, "
+            "the first layer whose error crosses the thresholds, pass or fail.",
+            time_limit_s=30 * 60,
+        ),
     )
 }
 STAGE_ORDER: list[str] = list(STAGES)

@@ -5,7 +5,7 @@ import re
 from django import forms
 
 from jobs.stages import STAGES
-from workbench.models import Target
+from workbench.models import InputData, OnnxModel, Target
 from workbench.targets import latest_versions, visible_targets
 
 # The cloud side of the mobile-cloud split (a preset of engine/targets/presets).
@@ -56,8 +56,10 @@ class StartRunForm(forms.Form):
         initial=5.0, min_value=0.5, max_value=600, label="Profile time window (s)"
     )
 
-    def __init__(self, *args, user=None, **kwargs) -> None:
+    def __init__(self, *args, user=None, model=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["accuracy_other_model"].queryset = OnnxModel.objects.filter(owner=user)
+        self.fields["accuracy_inputs"].queryset = InputData.objects.filter(owner=user, model=model)
         self.fields["target"].queryset = latest_versions(visible_targets(user)).order_by(
             "owner_id", "name"
         )
@@ -78,6 +80,33 @@ class StartRunForm(forms.Form):
         label="Partition: also consider offloading to the cloud preset over",
     )
 
+    accuracy_candidate = forms.ChoiceField(
+        required=False,
+        initial="fp16",
+        choices=[
+            ("fp16", "fp16 conversion of this model"),
+            ("simplified", "simplified model (onnxslim)"),
+            ("partitioned", "partitioned execution (needs the Partition stage)"),
+            ("other", "another of my models, as an optimized version of this one"),
+        ],
+        label="Accuracy: candidate",
+    )
+    accuracy_other_model = forms.ModelChoiceField(
+        queryset=OnnxModel.objects.none(), required=False, label="Accuracy: the other model"
+    )
+    accuracy_inputs = forms.ModelChoiceField(
+        queryset=InputData.objects.none(),
+        required=False,
+        empty_label="generated from the input specs (seed 0, normal)",
+        label="Accuracy: inputs",
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("accuracy_candidate") == "other" and not data.get("accuracy_other_model"):
+            self.add_error("accuracy_other_model", "choose the model to compare against")
+        return data
+
     def clean_input_shapes(self) -> dict[str, list[int]]:
         return parse_shapes(self.cleaned_data.get("input_shapes", ""))
 
@@ -87,9 +116,24 @@ class StartRunForm(forms.Form):
             "analyze": {"input_shapes": data["input_shapes"], "simplify": data["simplify"]},
             "profile": {"window_s": data["profile_window_s"]},
             "memory": {"in_place": data["memory_in_place"]},
+            "accuracy": {
+                "candidate": data["accuracy_candidate"] or "fp16",
+                "other_model": data["accuracy_other_model"].pk
+                if data["accuracy_other_model"]
+                else None,
+                "inputs": data["accuracy_inputs"].pk if data["accuracy_inputs"] else None,
+            },
             "partition": (
                 {"cloud": CLOUD_PRESET, "network": data["partition_network"]}
                 if data["partition_network"]
                 else {}
             ),
         }
+
+
+class UploadInputsForm(forms.Form):
+    file = forms.FileField(
+        label="Inputs (.npz)",
+        help_text="One array per model input, named like the input (numpy.savez).",
+        widget=forms.ClearableFileInput(attrs={"accept": ".npz"}),
+    )

@@ -38,6 +38,25 @@ class OnnxModel(models.Model):
         return self.name
 
 
+class InputData(models.Model):
+    """An uploaded .npz of model inputs, checked against the model's inputs on upload."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    model = models.ForeignKey(OnnxModel, on_delete=models.CASCADE, related_name="input_sets")
+    name = models.CharField(max_length=200)
+    file = models.FileField(max_length=300)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    tensors = models.JSONField(default=list)  # [{"name", "shape", "dtype"}]
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Target(models.Model):
     class Kind(models.TextChoices):
         MEASURED = "measured", "measured (a worker's own hardware)"

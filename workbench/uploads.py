@@ -14,9 +14,10 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.db import IntegrityError, transaction
 
+from engine.accuracy.inputs import load_inputs_npz
 from engine.errors import EngineError
 from engine.graph import read_header
-from workbench.models import OnnxModel
+from workbench.models import InputData, OnnxModel
 
 
 class UploadRejected(ValueError):
@@ -171,3 +172,37 @@ def _create_model_row(owner, name, sha256, size, header, *, is_sample=False) -> 
             )
     except IntegrityError:  # the same bytes uploaded twice at once: both get the one row
         return OnnxModel.objects.get(owner=owner, sha256=sha256)
+
+
+def store_input_upload(
+    uploaded: UploadedFile | None, *, model: OnnxModel, name: str = ""
+) -> InputData:
+    """Check an uploaded .npz against the model's inputs (names, ranks, dims, dtypes; no
+    pickles) and keep it for accuracy runs. Nothing is kept when it does not fit."""
+    if uploaded is None:
+        raise UploadRejected("no file was sent: attach an .npz archive in the 'file' field")
+    root = Path(settings.MEDIA_ROOT)
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            sha256, size = _copy_hashing(uploaded, tmp)
+        try:
+            inputs = load_inputs_npz(tmp_path, model.file.path)
+        except EngineError as e:
+            raise UploadRejected(e.message, code=e.code) from e
+        relative = f"inputs/{sha256[:2]}/{sha256}.npz"
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp_path, root / relative)
+        return InputData.objects.create(
+            owner=model.owner,
+            model=model,
+            name=(name or uploaded.name or "inputs.npz")[:200],
+            file=relative,
+            sha256=sha256,
+            size_bytes=size,
+            tensors=inputs.to_dict()["tensors"],
+        )
+    finally:
+        if os.path.exists(tmp_path):
+            os.unlink(tmp_path)

@@ -15,6 +15,7 @@ urlpatterns = [
     path("models/<int:pk>/", views.model_detail, name="model-detail"),
     path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),
     path("models/<int:pk>/runs/", views.run_create, name="run-create"),
+    path("models/<int:pk>/inputs/", views.inputs_upload, name="inputs-upload"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),

@@ -18,7 +18,7 @@ from frontend.figures.graph import graph_payload
 from frontend.presenters import present
 from jobs import pipeline
 from workbench.downloads import artifact_response
-from workbench.forms import StartRunForm, UploadModelForm
+from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import run_snapshot
 from workbench.targets import (
@@ -29,7 +29,12 @@ from workbench.targets import (
     save_user_target,
     visible_targets,
 )
-from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
+from workbench.uploads import (
+    UploadRejected,
+    check_not_too_large,
+    store_input_upload,
+    store_model_upload,
+)
 
 
 def signup(request):
@@ -76,7 +81,7 @@ def model_list(request):
 @login_required
 def model_detail(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
-    form = StartRunForm(user=request.user, initial={"target": _default_target()})
+    form = StartRunForm(user=request.user, model=model, initial={"target": _default_target()})
     shown = present("analyze", model.analysis) or {}
     return render(
         request,
@@ -88,9 +93,29 @@ def model_detail(request, pk: int):
             "top_nodes": shown.get("top_nodes", []),
             "runs": model.runs.select_related("target")[:20],
             "form": form,
+            "inputs_form": UploadInputsForm(),
+            "input_sets": model.input_sets.all(),
             "graph": graph_payload(model.analysis) if model.analysis else None,
         },
     )
+
+
+@login_required
+@require_POST
+def inputs_upload(request, pk: int):
+    model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
+    form = UploadInputsForm(request.POST, request.FILES)
+    try:
+        check_not_too_large(request)
+        if not form.is_valid():
+            raise UploadRejected("attach an .npz file")
+        data = store_input_upload(form.cleaned_data["file"], model=model)
+        messages.success(
+            request, f"Inputs {data.name} fit the model; pick them for an accuracy run."
+        )
+    except UploadRejected as e:
+        messages.error(request, f"Inputs not kept: {e.message}")
+    return redirect("model-detail", pk=model.pk)
 
 
 @login_required
@@ -109,7 +134,7 @@ def model_delete(request, pk: int):
 @require_POST
 def run_create(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
-    form = StartRunForm(request.POST, user=request.user)
+    form = StartRunForm(request.POST, user=request.user, model=model)
     if not form.is_valid():
         errors = "; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items())
         messages.error(request, f"Could not start the run: {errors}")

@@ -92,6 +92,9 @@ def randomize_fills(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
         fill = numpy_helper.to_array(node.attribute[0].t).ravel()[0] if node.attribute else 0.0
         values = _random_weight(rng, role.get(name), shape, float(fill))
         graph.initializer.append(numpy_helper.from_array(values.astype(np.float32), name))
+    # Before IR 4 every initializer had to be a graph input too; IR 4 came with opset 9,
+    # the oldest the light models use, so raising it changes nothing else.
+    copy.ir_version = max(copy.ir_version, 4)
     return copy
 
 

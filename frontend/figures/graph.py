@@ -38,7 +38,8 @@ class Metric:
     """A per-node figure the view can colour by.
 
     ``values`` is aligned with the node list or keyed by node name (missing: unknown);
-    ``aggregate`` gives a group's value: "sum", "mode" or a function of member indices.
+    ``aggregate`` gives a group's value: "sum", "mode", "min" or a function of member
+    indices.
     """
 
     label: str
@@ -661,6 +662,11 @@ def _metric_payload(
         group_values = [_sum([values[v] for v in members]) for members in members_of]
     elif aggregate == "mode":
         group_values = [_mode([values[v] for v in members]) for members in members_of]
+    elif aggregate == "min":  # e.g. a group's worst layer by SNR
+        group_values = [
+            min((values[v] for v in members if values[v] is not None), default=None)
+            for members in members_of
+        ]
     elif callable(aggregate):
         group_values = [aggregate(members) for members in members_of]
     else:

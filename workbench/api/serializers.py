@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from jobs.stages import STAGE_ORDER
 from workbench.forms import parse_shapes
-from workbench.models import Artifact, OnnxModel, Run, StageResult, Target
+from workbench.models import Artifact, InputData, OnnxModel, Run, StageResult, Target
 from workbench.snapshots import run_snapshot
 from workbench.targets import visible_targets
 
@@ -33,6 +33,13 @@ class OnnxModelSerializer(serializers.ModelSerializer):
 
     def get_analyzed(self, obj: OnnxModel) -> bool:
         return obj.analysis is not None
+
+
+class InputDataSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = InputData
+        fields = ["id", "name", "sha256", "size_bytes", "tensors", "created_at"]
+        read_only_fields = fields
 
 
 class TargetSerializer(serializers.ModelSerializer):
@@ -115,6 +122,22 @@ class RunCreateSerializer(serializers.Serializer):
                     "of its options"
                 )
         return value
+
+    def validate(self, data: dict) -> dict:
+        """Ids named in the accuracy options must be the user's own."""
+        accuracy = data.get("options", {}).get("accuracy", {})
+        user, model = self.context["request"].user, data.get("model")
+        other, inputs = accuracy.get("other_model"), accuracy.get("inputs")
+        if other is not None and not OnnxModel.objects.filter(pk=other, owner=user).exists():
+            raise serializers.ValidationError({"options": f"you have no model with id {other}"})
+        if (
+            inputs is not None
+            and not InputData.objects.filter(pk=inputs, owner=user, model=model).exists()
+        ):
+            raise serializers.ValidationError(
+                {"options": f"model {model.pk} has no input set with id {inputs}"}
+            )
+        return data
 
     def stage_options(self) -> dict:
         data = self.validated_data

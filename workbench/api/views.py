@@ -10,6 +10,7 @@ from jobs import pipeline
 from workbench.api.errors import error_response
 from workbench.api.serializers import (
     ArtifactSerializer,
+    InputDataSerializer,
     OnnxModelSerializer,
     RunCreateSerializer,
     RunSerializer,
@@ -26,7 +27,12 @@ from workbench.targets import (
     save_user_target,
     visible_targets,
 )
-from workbench.uploads import UploadRejected, check_not_too_large, store_model_upload
+from workbench.uploads import (
+    UploadRejected,
+    check_not_too_large,
+    store_input_upload,
+    store_model_upload,
+)
 
 
 class ModelViewSet(
@@ -53,6 +59,20 @@ class ModelViewSet(
             return error_response(e.code, e.message, e.status)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         return Response(self.get_serializer(model).data, status=code)
+
+    @action(detail=True, methods=["get", "post"])
+    def inputs(self, request, pk=None):
+        """GET: the model's uploaded input sets; POST (multipart `file`): add an .npz."""
+        model = self.get_object()
+        if request.method == "GET":
+            return Response(InputDataSerializer(model.input_sets.all(), many=True).data)
+        try:
+            uploaded = request.FILES.get("file")
+            check_not_too_large(request._request)
+            data = store_input_upload(uploaded, model=model, name=request.data.get("name", ""))
+        except UploadRejected as e:
+            return error_response(e.code, e.message, e.status)
+        return Response(InputDataSerializer(data).data, status=status.HTTP_201_CREATED)
 
     @action(detail=True, methods=["get"])
     def analysis(self, request, pk=None):
