@@ -185,6 +185,7 @@ SAMPLE_MODELS = env_bool("WORKBENCH_SAMPLE_MODELS", True)
 
 # Analysis limits (passed to the engine).
 MAX_MODEL_NODES = env_int("WORKBENCH_MAX_NODES", 200_000, minimum=1)
+MAX_TENSOR_ELEMENTS = env_int("WORKBENCH_MAX_TENSOR_ELEMENTS", 2**31, minimum=1)
 
 LOGGING = {
     "version": 1,

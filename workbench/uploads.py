@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -80,11 +79,12 @@ def check_not_too_large(request) -> None:
         raise UploadRejected(too_large_message(size), code="file_too_large", status=413)
 
 
-@dataclass
-class StoredBlob:
-    name: str  # storage name, relative to MEDIA_ROOT
-    sha256: str
-    size_bytes: int
+def _limits() -> dict:
+    return {
+        "max_bytes": settings.MAX_UPLOAD_BYTES,
+        "max_nodes": settings.MAX_MODEL_NODES,
+        "max_tensor_elements": settings.MAX_TENSOR_ELEMENTS,
+    }
 
 
 def _blob_name(sha256: str) -> str:
@@ -121,7 +121,7 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
         if existing:
             return existing, False
         try:
-            header = read_header(tmp_path, max_bytes=settings.MAX_UPLOAD_BYTES)
+            header = read_header(tmp_path, **_limits())
         except EngineError as e:
             raise UploadRejected(e.message, code=e.code) from e
         blob = root / _blob_name(sha256)
@@ -144,7 +144,7 @@ def store_model_file(path: Path, *, owner, name: str, is_sample: bool = False) -
     existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
     if existing:
         return existing
-    header = read_header(str(path), max_bytes=settings.MAX_UPLOAD_BYTES)
+    header = read_header(str(path), **_limits())
     blob = Path(settings.MEDIA_ROOT) / _blob_name(sha256)
     if not blob.exists():
         blob.parent.mkdir(parents=True, exist_ok=True)

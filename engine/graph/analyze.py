@@ -14,10 +14,17 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from engine.errors import ModelLimitError, ProgressFn
+from engine.errors import ProgressFn
 from engine.graph.costs import OpCost, cost_node
 from engine.graph.ir import PROGRESS_EVERY, Graph, Node, build_graph
-from engine.graph.loader import ModelHeader, ModelSource, check_model, load_model, model_header
+from engine.graph.loader import (
+    ModelHeader,
+    ModelSource,
+    check_model,
+    check_node_limit,
+    load_model,
+    model_header,
+)
 from engine.graph.shapes import (
     apply_input_shapes,
     check_declared_sizes,
@@ -160,12 +167,7 @@ def analyze_model(
     report(0.0, "loading model")
     model = load_model(source, max_bytes=config.max_bytes)
     ir_version = model.ir_version
-    if len(model.graph.node) > config.max_nodes:
-        raise ModelLimitError(
-            f"the model has {len(model.graph.node)} nodes, more than the limit of "
-            f"{config.max_nodes}",
-            hint="Simplify the model, or ask an administrator to raise the limit.",
-        )
+    check_node_limit(model, config.max_nodes)
     warnings: list[str] = []
     model, reordered = sorted_model(model)
     if reordered:

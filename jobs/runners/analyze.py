@@ -19,6 +19,7 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
     config = AnalysisConfig(
         input_shapes=shapes,
         max_nodes=settings.MAX_MODEL_NODES,
+        max_tensor_elements=settings.MAX_TENSOR_ELEMENTS,
         simplify=bool(options.get("simplify", False)),
     )
     analysis = analyze_model(run.model.file.path, config, progress=progress)
