@@ -9,6 +9,7 @@ import socket
 from django.conf import settings
 
 from engine.targets.host import host_target_profile
+from engine.targets.schema import validate_profile
 from workbench.models import Target
 from workbench.presets import upsert_builtin_target
 
@@ -21,15 +22,13 @@ def machine_queue() -> str:
 
 def register_machine() -> Target:
     """Create or refresh this machine's measured target `cpu@<hostname>`."""
-    profile = host_target_profile()
     hostname = socket.gethostname()
-    profile.update(
+    document = host_target_profile()
+    document.update(
         name=f"cpu@{hostname}",
-        queue=machine_queue(),
-        description=f"Worker machine {hostname}: {profile['machine']['cpu_model']}",
+        description=f"Worker machine {hostname}: {document['machine']['cpu_model']}",
     )
-    target = upsert_builtin_target(profile)
-    log.info(
-        "measured target %s v%s consumes queue %s", target.name, target.version, profile["queue"]
-    )
+    profile = validate_profile(document).to_dict()
+    target = upsert_builtin_target(profile, queue=machine_queue())
+    log.info("measured target %s v%s consumes queue %s", target.name, target.version, target.queue)
     return target

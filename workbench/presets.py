@@ -19,7 +19,10 @@ def upsert_builtin_target(profile: dict, *, queue: str = "") -> Target:
             .order_by("-version")
             .first()
         )
-        if current is not None and current.profile == profile and current.queue == queue:
+        unchanged = current is not None and _without_version(current.profile) == _without_version(
+            profile
+        )
+        if unchanged and current.queue == queue:
             return current
         version = current.version + 1 if current else 1
         return Target.objects.create(
@@ -30,6 +33,10 @@ def upsert_builtin_target(profile: dict, *, queue: str = "") -> Target:
             version=version,
             queue=queue,
         )
+
+
+def _without_version(profile: dict) -> dict:
+    return {key: value for key, value in profile.items() if key != "version"}
 
 
 def ensure_presets() -> list[Target]:

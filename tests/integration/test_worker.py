@@ -162,7 +162,7 @@ def test_a_worker_registers_its_machine_and_measures_runs_sent_to_it(
     start_worker()
     name = f"cpu@{socket.gethostname()}"
     target = wait_until(
-        lambda: Target.objects.filter(name=name).first(),
+        lambda: Target.objects.filter(name=name).order_by("-version").first(),
         timeout_s=30,
         what="the worker to register its machine",
     )

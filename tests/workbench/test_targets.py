@@ -103,3 +103,14 @@ def test_browser_copy_edit_and_errors(client, user, phone):
     assert "not valid JSON" in not_json.content.decode()
     detail = client.get(f"/targets/{phone['id']}/").content.decode()
     assert "Sources:" in detail and "unknown" in detail
+
+
+def test_presets_get_a_new_version_only_when_they_change():
+    from workbench.presets import ensure_presets, upsert_builtin_target
+
+    first = {t.name: t.version for t in ensure_presets()}
+    assert {t.name: t.version for t in ensure_presets()} == first  # a second migrate: same
+    host = Target.objects.filter(name="host").order_by("-version").first()
+    changed = {**host.profile, "description": "a new CPU"}
+    assert upsert_builtin_target(changed).version == host.version + 1
+    assert upsert_builtin_target(changed).version == host.version + 1  # and only once

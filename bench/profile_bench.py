@@ -1,0 +1,199 @@
+"""Measured profiling on this CPU against plain onnxruntime, and the calibrated cost model.
+
+Per light model (``onnx/backend/test/data/light``; ``--zoo`` adds engine.zoo's models):
+
+- ``agreement_pct``: the profiler's whole-model median (its ``model_run`` events) against an
+  independent plain onnxruntime session timed in the same loop, interleaved run by run so
+  both see the same machine load (the issue asks for agreement within 10%);
+- ``overhead_ratio``: profiled inference wall time / plain inference wall time;
+- ``repeat``: a second profile of the same model, in a second round over all models; per op
+  over 100 us, the relative difference of the two medians (the issue asks for 10%), with
+  the ops' own spreads;
+- ``calibration``: a modeled copy of ``host`` with measured roofs, calibrated on all models'
+  profiles (the two rounds averaged); predicted / measured whole-model latency in sample and
+  leave-one-model-out, and the per-op geometric-mean error (the issue asks for 25% on the
+  whole model).
+
+Every number is measured on this machine (see ``environment``: CPU, versions, load average)
+except ``predicted_ms``, predicted by the cost model named in ``calibration.model``. The
+machine is shared: run it a few times and compare.
+
+    python bench/profile_bench.py [--window 3] [--threads 0] [--models a,b] [--zoo] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.profiling.calibrate import calibrate, cross_validate, modeled_copy  # noqa: E402
+from engine.profiling.nodes import NodeProfileConfig, profile_nodes  # noqa: E402
+from engine.profiling.roofs import measure_roofs  # noqa: E402
+from engine.profiling.session import environment, load_average  # noqa: E402
+from engine.targets import get_target  # noqa: E402
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+SLOW_OP_US = 100.0
+AGREEMENT_PCT = 10.0
+CALIBRATION_PCT = 25.0
+
+
+def models(names: list[str] | None, zoo: bool) -> dict[str, object]:
+    found: dict[str, object] = {
+        p.stem.removeprefix("light_"): str(p) for p in sorted(LIGHT_DIR.glob("light_*.onnx"))
+    }
+    if zoo:
+        from engine.zoo import ZOO, build
+
+        found |= {f"zoo_{name}": build(name) for name in ZOO}
+    if names:
+        found = {n: found[n] for n in names}
+    return found
+
+
+def repeat_agreement(first: dict, second: dict) -> dict:
+    """Per op over 100 us in the first profile: |median_2 / median_1 - 1| in %."""
+    rows = []
+    for a, b in zip(first["ops"], second["ops"], strict=True):
+        if a["status"] == "measured" and a["latency_us"] and a["latency_us"] > SLOW_OP_US:
+            diff = 100.0 * abs(b["latency_us"] / a["latency_us"] - 1.0)
+            rows.append((a["name"], diff, a["spread_pct"], b["spread_pct"]))
+    diffs = [r[1] for r in rows]
+    return {
+        "ops_over_100us": len(rows),
+        "within_10pct": sum(d <= AGREEMENT_PCT for d in diffs),
+        "median_diff_pct": statistics.median(diffs) if diffs else None,
+        "max_diff_pct": max(diffs) if diffs else None,
+        "worst": sorted(rows, key=lambda r: -r[1])[:3],
+        "median_op_spread_pct": statistics.median([r[2] for r in rows]) if rows else None,
+    }
+
+
+def merged(first: dict, second: dict) -> dict:
+    """The two rounds' profile as one: per op and for the plain whole-model time, the mean
+    of the two rounds (with two values, their median)."""
+    ops = [
+        {**a, "typical_us": _mean(a["typical_us"], b["typical_us"])}
+        for a, b in zip(first["ops"], second["ops"], strict=True)
+    ]
+    plain = _mean(
+        first["reference"]["latency_ms"]["median"], second["reference"]["latency_ms"]["median"]
+    )
+    return {**first, "ops": ops, "reference": {"latency_ms": {"median": plain}}}
+
+
+def _mean(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else (a + b) / 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--window", type=float, default=3.0, help="profiling window, seconds")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--models", help="comma-separated names (default: all light models)")
+    parser.add_argument("--zoo", action="store_true", help="add engine.zoo's models")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--profiles-out", help="write the merged per-node profiles here (JSON)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    load_before = load_average()
+    roofs = measure_roofs(args.threads)
+    config = NodeProfileConfig(threads=args.threads, window_s=args.window, reference=True)
+    chosen = models(args.models.split(",") if args.models else None, args.zoo)
+    # Two rounds over all models, not two profiles back to back: a change in the machine's
+    # load then spreads over every model instead of skewing one.
+    rounds: list[dict[str, dict]] = [{}, {}]
+    profile_s: dict[str, float] = {}
+    for runs in rounds:
+        for name, source in chosen.items():
+            t0 = time.perf_counter()
+            runs[name] = profile_nodes(source, config).to_dict()
+            profile_s.setdefault(name, time.perf_counter() - t0)
+    results, profiles = {}, {}
+    for name in chosen:
+        first, second = rounds[0][name], rounds[1][name]
+        profiles[name] = merged(first, second)
+        reference = first["reference"]
+        results[name] = {
+            "runs": first["runs"],
+            "profiled_ms": first["latency_ms"]["median"],
+            "plain_ms": reference["latency_ms"]["median"],
+            "plain_ms_repeat": second["reference"]["latency_ms"]["median"],
+            "agreement_pct": reference["agreement_pct"],
+            "agreement_pct_repeat": second["reference"]["agreement_pct"],
+            "overhead_ratio": reference["overhead_ratio"],
+            "overhead_ratio_repeat": second["reference"]["overhead_ratio"],
+            "kernel_sum_ms": first["kernel_sum_ms"],
+            "typical_ms": first["typical_ms"],
+            "ops_typical_sum_ms": sum(o["typical_us"] or 0 for o in first["ops"]) / 1e3,
+            "whole_spread_pct": first["latency_ms"]["spread_pct"],
+            "profile_call_s": profile_s[name],
+            "unmapped_kernels": sum(1 for k in first["kernels"] if not k["nodes"]),
+            "repeat": repeat_agreement(first, second),
+            "load_avg_1m": [r[name]["environment"]["load_avg_1m"] for r in rounds],
+        }
+        print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
+    if args.profiles_out:
+        Path(args.profiles_out).write_text(json.dumps({"roofs": roofs.to_dict(), **profiles}))
+    copy = modeled_copy(get_target("host"), roofs.peak_gflops_fp32, roofs.mem_bw_gbps)
+    fitted = calibrate(copy, profiles)
+    loo = {f.model: f for f in cross_validate(copy, profiles)}
+    calibration = {
+        "model": fitted.model,
+        "method": fitted.method,
+        "launch_us": fitted.launch_us,
+        "stall_factor": fitted.stall_factor,
+        "efficiency": fitted.efficiency,
+        "op_types": fitted.op_types,
+        "models": {
+            f.model: {
+                "measured_ms": f.measured_ms,
+                "predicted_ms": f.predicted_ms,
+                "ratio": f.ratio,
+                "loo_predicted_ms": loo[f.model].predicted_ms if f.model in loo else None,
+                "loo_ratio": loo[f.model].ratio if f.model in loo else None,
+                "op_geomean_error_pct": f.op_geomean_error_pct,
+                "ops_compared": f.ops_compared,
+            }
+            for f in fitted.fits
+        },
+    }
+    ratios = [m["ratio"] for m in calibration["models"].values()]
+    loo_ratios = [m["loo_ratio"] for m in calibration["models"].values() if m["loo_ratio"]]
+    report = {
+        "config": {"window_s": args.window, "threads": args.threads, "optimization": "extended"},
+        "roofs": roofs.to_dict(),
+        "models": results,
+        "calibration": calibration,
+        "summary": {
+            "models": len(results),
+            "agreement_within_10pct": sum(
+                abs(r["agreement_pct"]) <= AGREEMENT_PCT for r in results.values()
+            ),
+            "overhead_ratio_median": statistics.median(
+                r["overhead_ratio"] for r in results.values()
+            ),
+            "repeat_ops_within_10pct": sum(r["repeat"]["within_10pct"] for r in results.values()),
+            "repeat_ops_over_100us": sum(r["repeat"]["ops_over_100us"] for r in results.values()),
+            "calibrated_within_25pct": sum(abs(r - 1) <= CALIBRATION_PCT / 100 for r in ratios),
+            "loo_within_25pct": sum(abs(r - 1) <= CALIBRATION_PCT / 100 for r in loo_ratios),
+            "seconds": time.perf_counter() - started,
+        },
+        "environment": environment(args.threads, "extended", load_before),
+    }
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

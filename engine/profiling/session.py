@@ -1,0 +1,149 @@
+"""onnxruntime sessions for measurement: options, generated inputs, the recorded environment,
+and the statistics every measurement reports."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from engine.errors import EngineError, InvalidModelError, ShapeError
+from engine.graph.loader import ModelSource
+from engine.targets.host import describe_host
+
+GRAPH_OPTIMIZATIONS = ("disabled", "basic", "extended", "all")
+"""onnxruntime graph optimization levels, by the names the engine's configs use."""
+
+_ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def check_optimization(level: str) -> None:
+    if level not in GRAPH_OPTIMIZATIONS:
+        raise EngineError(
+            f"unknown graph optimization '{level}'; use one of {', '.join(GRAPH_OPTIMIZATIONS)}",
+            code="invalid_config",
+        )
+
+
+def open_session(
+    source: ModelSource, *, threads: int, optimization: str, profile_prefix: str | None = None
+):
+    """An onnxruntime CPU session; ``profile_prefix`` turns its profiler on."""
+    import onnxruntime as ort
+
+    check_optimization(optimization)
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    options.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[optimization]
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    if isinstance(source, onnx.ModelProto):
+        source = source.SerializeToString()
+    elif not isinstance(source, bytes):
+        source = os.fspath(source)
+    try:
+        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
+        raise InvalidModelError(f"onnxruntime could not load the model: {_first_line(e)}") from e
+
+
+def make_inputs(
+    session, input_shapes: Mapping[str, Sequence[int]], seed: int
+) -> tuple[dict, list[dict]]:
+    """Random feeds for every input (symbolic dims default to 1) and their specs."""
+    rng = np.random.default_rng(seed)
+    feeds, specs = {}, []
+    for arg in session.get_inputs():
+        dtype = _ORT_DTYPES.get(arg.type)
+        if dtype is None:
+            raise ShapeError(f"input {arg.name!r} has type {arg.type}, which cannot be generated")
+        if arg.name in input_shapes:
+            shape = tuple(input_shapes[arg.name])
+        else:
+            # Symbolic dims (batch, sequence) default to 1; the caller can override them.
+            shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in arg.shape)
+        if np.issubdtype(dtype, np.floating):
+            value = rng.standard_normal(shape).astype(dtype)
+        elif dtype is np.bool_:
+            value = rng.integers(0, 2, shape).astype(bool)
+        else:
+            value = rng.integers(0, 8, shape).astype(dtype)
+        feeds[arg.name] = value
+        specs.append({"name": arg.name, "shape": list(shape), "dtype": np.dtype(dtype).name})
+    return feeds, specs
+
+
+def run_once(session, feeds: dict) -> None:
+    """One inference; onnxruntime's failures become :class:`InvalidModelError`."""
+    try:
+        session.run(None, feeds)
+    except Exception as e:
+        raise InvalidModelError(
+            f"onnxruntime failed while running the model: {_first_line(e)}"
+        ) from e
+
+
+def environment(threads: int, optimization: str, load_before: float | None) -> dict:
+    """What a measurement ran on: machine, versions, threads and how busy the machine was."""
+    import onnxruntime as ort
+
+    return {
+        "machine": describe_host(),
+        "runtime": f"onnxruntime {ort.__version__}",
+        "numpy": np.__version__,
+        "provider": "CPUExecutionProvider",
+        "intra_op_threads": threads,
+        "threads_note": "0 = onnxruntime's default, one thread per physical core",
+        "graph_optimization": optimization,
+        # Other work on the machine makes timings noisy; the load average says how much.
+        "load_avg_1m": {"before": load_before, "after": load_average()},
+    }
+
+
+def load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
+    """Median, p90, mean, min, max, stdev and the spread (IQR / median, in %)."""
+    ordered = np.sort(np.asarray(samples_ms, dtype=float))
+    median = float(np.median(ordered))
+    q25, q75, p90 = (float(np.percentile(ordered, q)) for q in (25, 75, 90))
+    return {
+        "median": median,
+        "p90": p90,
+        "mean": float(ordered.mean()),
+        "min": float(ordered[0]),
+        "max": float(ordered[-1]),
+        "stdev": statistics.pstdev(ordered.tolist()),
+        # Spread: the interquartile range relative to the median, robust to outliers.
+        "spread_pct": 100.0 * (q75 - q25) / median if median else 0.0,
+    }
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]

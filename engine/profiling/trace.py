@@ -1,0 +1,78 @@
+"""Reading onnxruntime's profiler trace (Chrome trace JSON) into per-run kernel times.
+
+The trace holds one ``model_run`` event per inference (category ``Session``) and one
+``<node>_kernel_time`` event per executed kernel (category ``Node``) with ``args.op_name``.
+Kernel events are assigned to the run whose time window contains them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KERNEL_SUFFIX = "_kernel_time"
+
+
+@dataclass
+class KernelSamples:
+    """One executed kernel: its onnxruntime op type and its time (us) in each run it ran in
+    (``runs`` holds those runs' indices)."""
+
+    name: str
+    op_type: str
+    samples_us: list[float] = field(default_factory=list)
+    runs: list[int] = field(default_factory=list)
+
+    def mean_over(self, runs: set[int]) -> float:
+        """Mean time per run over ``runs`` (0 in a run it did not run in)."""
+        total = sum(t for t, r in zip(self.samples_us, self.runs, strict=True) if r in runs)
+        return total / len(runs) if runs else 0.0
+
+
+@dataclass
+class Trace:
+    """Durations of the kept runs and, in execution order, the kernels they ran."""
+
+    runs_us: list[float]
+    kernels: list[KernelSamples]
+
+
+def parse_trace(events: list[dict], skip_runs: int = 0) -> Trace:
+    """Per-run kernel durations from a trace, leaving out the first ``skip_runs`` runs."""
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: e["ts"],
+    )[skip_runs:]
+    starts = [r["ts"] for r in runs]
+    per_run: list[dict[str, float]] = [{} for _ in runs]
+    kernels: dict[str, KernelSamples] = {}
+    for event in sorted(_kernel_events(events), key=lambda e: e["ts"]):
+        index = bisect.bisect_right(starts, event["ts"]) - 1
+        if index < 0 or event["ts"] > runs[index]["ts"] + runs[index]["dur"]:
+            continue  # a warm-up run, or outside every run
+        name = event["name"][: -len(KERNEL_SUFFIX)]
+        if name not in kernels:
+            kernels[name] = KernelSamples(name, event.get("args", {}).get("op_name", "?"))
+        per_run[index][name] = per_run[index].get(name, 0.0) + float(event["dur"])
+    for index, times in enumerate(per_run):
+        for name, duration in times.items():
+            kernels[name].samples_us.append(duration)
+            kernels[name].runs.append(index)
+    return Trace([float(r["dur"]) for r in runs], list(kernels.values()))
+
+
+def central_runs(runs_us: list[float]) -> set[int]:
+    """The runs whose duration lies between the quartiles: typical runs, without the ones
+    another process slowed down (per-kernel medians cannot tell which runs those were)."""
+    if not runs_us:
+        return set()
+    low, high = np.percentile(runs_us, [25, 75])
+    return {i for i, t in enumerate(runs_us) if low <= t <= high}
+
+
+def _kernel_events(events: list[dict]):
+    for event in events:
+        if event.get("cat") == "Node" and str(event.get("name", "")).endswith(KERNEL_SUFFIX):
+            yield event
