@@ -11,6 +11,7 @@ from engine import cli as engine_cli
 from engine.accuracy import cli as accuracy_cli
 from engine.memory import cli as memory_cli
 from engine.partition import cli as partition_cli
+from engine.profiling import cli as profiling_cli
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine_cli.add_commands(subparsers)
     memory_cli.add_commands(subparsers)
     partition_cli.add_commands(subparsers)
+    profiling_cli.add_commands(subparsers)
     accuracy_cli.add_commands(subparsers)
     client.add_commands(subparsers)
     args = parser.parse_args(argv)

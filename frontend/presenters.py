@@ -18,6 +18,7 @@ from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
+from frontend.figures.profile import profile_figures, sweep_chart
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,40 @@ def _accuracy_context(report: dict, results: dict) -> dict:
     return context
 
 
+def _profile_figures(result: dict) -> dict[str, dict]:
+    figures = profile_figures(result, result.get("roofs"))
+    for sweep in result.get("sweeps", []):
+        figures[f"sweep_{sweep['kind']}"] = sweep_chart(sweep)
+    return figures
+
+
+def _profile_context(result: dict, results: dict) -> dict:
+    """Per-op rows (measured, or predicted on the fastest unit) and the graph by latency."""
+    unit = result.get("best_unit")
+    rows = []
+    for op in result.get("ops", []):
+        if result.get("measured"):
+            rows.append(op)
+        else:
+            rows.append(
+                {**op, "latency_us": op["latency_us"].get(unit), "status": op["status"].get(unit)}
+            )
+    context = {"op_rows": rows}
+    analysis = results.get("analyze")
+    if analysis:
+        label = (
+            "latency, measured (µs)"
+            if result.get("measured")
+            else f"latency on {unit}, predicted (µs)"
+        )
+        latency = Metric(label, values={r["name"]: r["latency_us"] for r in rows}, unit="µs")
+        context["graph"] = graph_payload(analysis, {"latency_us": latency}, initial="latency_us")
+    return context
+
+
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
-    "profile": Presenter("workbench/stages/profile.html"),
+    "profile": Presenter("workbench/stages/profile.html", _profile_figures, _profile_context),
     "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
     "partition": Presenter(
         "workbench/stages/partition.html", _partition_figures, _partition_context

@@ -64,6 +64,12 @@ class StartRunForm(forms.Form):
             "owner_id", "name"
         )
 
+    profile_threads = forms.IntegerField(
+        initial=0, min_value=0, max_value=256, label="Profile threads (0: onnxruntime's default)"
+    )
+    profile_sweeps = forms.BooleanField(
+        required=False, label="Profile: also sweep thread count and batch size (takes longer)"
+    )
     simplify = forms.BooleanField(
         required=False,
         label="Simplify first (fold constants and shape arithmetic with onnxslim; the "
@@ -114,7 +120,11 @@ class StartRunForm(forms.Form):
         data = self.cleaned_data
         return {
             "analyze": {"input_shapes": data["input_shapes"], "simplify": data["simplify"]},
-            "profile": {"window_s": data["profile_window_s"]},
+            "profile": {
+                "window_s": data["profile_window_s"],
+                "threads": data["profile_threads"],
+                "sweeps": data["profile_sweeps"],
+            },
             "memory": {"in_place": data["memory_in_place"]},
             "accuracy": {
                 "candidate": data["accuracy_candidate"] or "fp16",

@@ -19,6 +19,11 @@ urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
+    path(
+        "runs/<int:pk>/save-calibration/",
+        views.run_save_calibration,
+        name="run-save-calibration",
+    ),
     path("artifacts/<int:pk>/download/", views.artifact_download, name="artifact-download"),
     path("targets/", views.target_list, name="target-list"),
     path("targets/new/", views.target_edit, name="target-new"),

@@ -169,7 +169,11 @@ def run_detail(request, pk: int):
         run.refresh_from_db()
     stages = list(run.stages.all())
     results = {s.stage: s.result for s in stages if s.status == "succeeded" and s.result}
-    presentations = [present(stage, result, results) for stage, result in results.items()]
+    presentations = [p for p in (present(st, r, results) for st, r in results.items()) if p]
+    # One graph view per page (its element ids are fixed): the latest stage's wins.
+    for shown in presentations[:-1]:
+        if any(later.get("graph") for later in presentations[presentations.index(shown) + 1 :]):
+            shown.pop("graph", None)
     return render(
         request,
         "workbench/run_detail.html",
@@ -177,7 +181,7 @@ def run_detail(request, pk: int):
             "run": run,
             "stages": stages,
             "snapshot": run_snapshot(run),
-            "presentations": [p for p in presentations if p],
+            "presentations": presentations,
             "artifacts": run.artifacts.all(),
         },
     )
@@ -187,6 +191,30 @@ def run_detail(request, pk: int):
 def artifact_download(request, pk: int):
     artifact = get_object_or_404(Artifact, pk=pk, run__owner=request.user)
     return artifact_response(artifact)
+
+
+@login_required
+@require_POST
+def run_save_calibration(request, pk: int):
+    """Keep the calibrated modeled copy of a measured profile as one of the user's targets."""
+    run = get_object_or_404(Run, pk=pk, owner=request.user)
+    stage = run.stages.filter(stage="profile", status="succeeded").first()
+    calibration = (stage.result or {}).get("calibration") if stage else None
+    if not calibration:
+        raise Http404("this run has no calibrated profile")
+    document = dict(calibration["profile"])
+    document["name"] = f"{run.target.name}-calibrated"
+    document["description"] = (
+        f"{run.target.name} modeled with its measured roofs, calibrated on {run.model.name} "
+        f"(run {run.pk})"
+    )
+    try:
+        target = save_user_target(request.user, document)
+    except TargetRejected as e:
+        messages.error(request, f"Could not save the calibrated target: {e.message}")
+        return redirect("run-detail", pk=run.pk)
+    messages.success(request, f"Saved {target.name} v{target.version}.")
+    return redirect("target-detail", pk=target.pk)
 
 
 @login_required

@@ -109,7 +109,8 @@ def roofline(profile: dict, roofs: dict | None = None, unit: str | None = None) 
             }
         )
     intensities = [r["flops"] / r["bytes"] for r in rows] or [1.0]
-    peak = (roofs or {}).get("peak_gflops")
+    # Measured roofs (engine.profiling.roofs) name the dtype: peak_gflops_fp32.
+    peak = (roofs or {}).get("peak_gflops") or (roofs or {}).get("peak_gflops_fp32")
     bandwidth = (roofs or {}).get("mem_bw_gbps")
     if peak and bandwidth:
         ridge = peak / bandwidth

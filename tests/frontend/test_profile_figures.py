@@ -133,3 +133,26 @@ def test_unit_comparison_marks_incomplete_units():
 def test_profile_figures_bundle():
     assert set(profile_figures(measured_profile())) == {"top_ops", "roofline"}
     assert set(profile_figures(predicted_profile())) == {"top_ops", "roofline", "units"}
+
+
+def test_roofline_draws_measured_roofs_as_the_engine_reports_them():
+    from frontend.figures.profile import roofline
+
+    profile = {
+        "measured": True,
+        "environment": {"machine": {"cpu_model": "x"}},
+        "runs": 3,
+        "ops": [
+            {
+                "name": "c",
+                "op_type": "Conv",
+                "status": "measured",
+                "latency_us": 10.0,
+                "flops": 2e6,
+                "bytes": 1e5,
+            }
+        ],
+    }
+    figure = roofline(profile, {"peak_gflops_fp32": 190.0, "mem_bw_gbps": 34.0})
+    assert "roofs unknown" not in figure["layout"]["title"]["text"]
+    assert any(trace["name"].startswith("roof:") for trace in figure["data"])

@@ -67,6 +67,11 @@ def test_stages_run_in_order_and_the_run_succeeds(
     assert profile["runs"] >= 10
     assert profile["latency_ms"]["median"] > 0
     assert profile["environment"]["runtime"].startswith("onnxruntime")
+    assert {op["name"] for op in profile["ops"]} >= {
+        n["name"] for n in run.model.analysis["node_list"] if n["op_type"] == "Conv"
+    }
+    assert profile["roofs"]["peak_gflops_fp32"] > 0
+    assert profile["findings"] and profile["calibration"]["fits"]
 
 
 def test_a_bad_model_fails_the_stage_and_skips_the_rest(
@@ -225,3 +230,41 @@ def test_partition_on_a_single_unit_target_says_why_not(
     run.refresh_from_db()
     assert run.status == "failed"
     assert "nothing to partition" in run.error_message
+
+
+def test_profile_on_a_modeled_target_is_predicted_and_says_so(
+    user, model, enqueued, django_capture_on_commit_callbacks, client
+):
+    phone = Target.objects.filter(name__startswith="phone-").first()
+    with django_capture_on_commit_callbacks(execute=True):
+        run = pipeline.create_run(owner=user, model=model, target=phone, stages=["profile"])
+    for i in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            assert run_stage.apply(args=[enqueued[i].pk]).get() == "succeeded"
+    result = run.stages.get(stage="profile").result
+    assert result["measured"] is False and result["model"].startswith("roofline")
+    assert {u["name"] for u in result["units"]} >= {"cpu_big", "gpu"}
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Latency (predicted for" in page and "not measured" in page
+    assert '"initial_metric": "latency_us"' in page
+
+
+def test_measured_profile_page_and_calibrated_target(
+    user, model, enqueued, django_capture_on_commit_callbacks, client
+):
+    run = make_run(
+        user, model, ["profile"], {"profile": {"window_s": 0.3}}, django_capture_on_commit_callbacks
+    )
+    for i in range(2):
+        with django_capture_on_commit_callbacks(execute=True):
+            run_stage.apply(args=[enqueued[i].pk])
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Latency (measured)" in page and 'data-table="ops"' in page
+    assert 'id="profile-findings"' in page
+    saved = client.post(f"/runs/{run.pk}/save-calibration/")
+    assert saved.status_code == 302
+    target = Target.objects.get(owner=user, name="host-calibrated")
+    assert target.kind == "modeled"
+    assert target.profile["units"][0]["peak_gflops"]["fp32"] > 0
