@@ -123,6 +123,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     wait.add_argument("run", type=int)
     wait.set_defaults(func=_guard(_wait))
 
+    download = subparsers.add_parser(
+        "download", parents=[common], help="download a run's artifacts, verifying their sha256"
+    )
+    download.add_argument("run", type=int)
+    download.add_argument("--stage", help="only this stage's artifacts")
+    download.add_argument("--out", type=Path, default=Path("."), help="directory (default .)")
+    download.set_defaults(func=_guard(_download))
+
     result = subparsers.add_parser(
         "result", parents=[common], help="print one stage's result JSON of a run"
     )

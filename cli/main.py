@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ from engine.accuracy import cli as accuracy_cli
 from engine.memory import cli as memory_cli
 from engine.partition import cli as partition_cli
 from engine.profiling import cli as profiling_cli
+from engine.targets.catalog import load_presets
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,12 +24,28 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(engine_cli.EXIT_BAD_INPUT)
 
 
+def _targets(args) -> int:
+    """ARCHITECTURE 5b: the presets this installation knows, as JSON or a table."""
+    targets = [
+        {"name": p.name, "kind": p.kind, "units": [u.name for u in p.units]} for p in load_presets()
+    ]
+    if args.json:
+        print(json.dumps(targets))
+    else:
+        for t in targets:
+            print(f"{t['name']:<28} {t['kind']:<9} {', '.join(t['units'])}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(
         prog="workbench",
         description="Model-optimization workbench: analyze models locally, or drive a server.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    targets = subparsers.add_parser("targets", help="list the target presets")
+    targets.add_argument("--json", action="store_true", help="print one JSON array")
+    targets.set_defaults(func=_targets)
     engine_cli.add_commands(subparsers)
     memory_cli.add_commands(subparsers)
     partition_cli.add_commands(subparsers)

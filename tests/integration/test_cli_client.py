@@ -55,6 +55,35 @@ def test_submit_wait_and_gate(user, web):
     assert json.loads(result.stdout)["macs"] == 349_151_936
 
 
+def test_download_verifies_artifacts(user, web, tmp_path):
+    token = Token.objects.create(user=user).key
+    common = ["--url", web, "--token", token, "--json"]
+    run = workbench("submit", str(SQUEEZENET), "--stages", "memory", "--wait", *common)
+    assert run.returncode == 0, run.stderr
+    got = workbench("download", str(json.loads(run.stdout)["run"]), "--out", str(tmp_path), *common)
+    assert got.returncode == 0, got.stderr
+    (saved,) = json.loads(got.stdout)["artifacts"]
+    plan = json.loads((tmp_path / "memory_plan.json").read_text())
+    assert saved["name"] == "memory_plan.json" and plan["valid"] is True
+    nothing = workbench(
+        "download",
+        str(json.loads(run.stdout)["run"]),
+        "--stage",
+        "compile",
+        "--out",
+        str(tmp_path),
+        *common,
+    )
+    assert nothing.returncode == 2 and "no artifacts" in nothing.stderr
+
+
+def test_targets_lists_the_presets():
+    listed = json.loads(workbench("targets", "--json").stdout)
+    names = {t["name"]: t for t in listed}
+    assert names["host"]["kind"] == "measured" and names["host"]["units"] == ["cpu"]
+    assert any(t["kind"] == "modeled" and "gpu" in t["units"] for t in listed)
+
+
 def test_cli_explains_bad_input(user, web):
     token = Token.objects.create(user=user).key
     missing = workbench("submit", "/nonexistent.onnx", "--url", web, "--token", token)
