@@ -31,19 +31,19 @@ STAGES: dict[str, StageInfo] = {
             time_limit_s=30 * 60,
         ),
         StageInfo(
-            "memory",
-            "Memory plan",
-            "Plan the intermediate tensors' memory: lifetimes, six planners against the lower "
-            "bound (peak live bytes), every plan validated, a memory-aware execution order.",
-            time_limit_s=15 * 60,
-        ),
-        StageInfo(
             "partition",
             "Partition",
             "Place ops on the target's compute units and order them: HOPE exact and "
             "heuristic, HEFT, chain DP, key-op blocks (and the mobile-cloud split), judged by "
             "one simulator; the best plan's sub-models are run against the whole model.",
             time_limit_s=30 * 60,
+        ),
+        StageInfo(
+            "memory",
+            "Memory plan",
+            "Plan the intermediate tensors' memory: lifetimes, six planners against the lower "
+            "bound (peak live bytes), every plan validated, a memory-aware execution order.",
+            time_limit_s=15 * 60,
         ),
         StageInfo(
             "accuracy",

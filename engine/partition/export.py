@@ -155,8 +155,12 @@ def split_model(model: onnx.ModelProto, placement: Mapping[str, str]) -> SubMode
             [_value(types, t) for t in boundary_out],
             [initializers[t] for t in sorted(weights)],
         )
+        # Before IR 4 initializers had to be graph inputs too; IR 4 arrived with opset 9,
+        # the oldest the light models use, so raising it changes nothing else.
         sub_model = helper.make_model(
-            sub_graph, opset_imports=list(model.opset_import), ir_version=model.ir_version
+            sub_graph,
+            opset_imports=list(model.opset_import),
+            ir_version=max(model.ir_version, 4),
         )
         sub_model.functions.extend(model.functions)
         subs.append(

@@ -268,3 +268,32 @@ def test_measured_profile_page_and_calibrated_target(
     target = Target.objects.get(owner=user, name="host-calibrated")
     assert target.kind == "modeled"
     assert target.profile["units"][0]["peak_gflops"]["fp32"] > 0
+
+
+def test_memory_after_partition_plans_each_unit(
+    user, enqueued, django_capture_on_commit_callbacks, client
+):
+    inception = store_model_file(
+        SQUEEZENET.parent / "light_inception_v1.onnx", owner=user, name="inception_v1.onnx"
+    )
+    phone = Target.objects.filter(name__startswith="phone-").first()
+    with django_capture_on_commit_callbacks(execute=True):
+        run = pipeline.create_run(
+            owner=user,
+            model=inception,
+            target=phone,
+            stages=["partition", "memory"],
+            options={"partition": {"algorithms": ["heft"]}},
+        )
+    assert run.config["stages"] == ["analyze", "partition", "memory"]
+    for i in range(3):
+        with django_capture_on_commit_callbacks(execute=True):
+            outcome = run_stage.apply(args=[enqueued[i].pk]).get()
+        assert outcome == "succeeded", StageResult.objects.get(pk=enqueued[i].pk).error_message
+    per_unit = run.stages.get(stage="memory").result["per_unit"]
+    placement = run.stages.get(stage="partition").result["results"]["heft"]["placement"]
+    assert per_unit["plan"] == "heft"
+    assert set(per_unit["units"]) == set(placement.values())
+    assert all(u["arena_bytes"] >= u["lower_bound_bytes"] > 0 for u in per_unit["units"].values())
+    client.force_login(user)
+    assert 'id="memory-per-unit"' in client.get(f"/runs/{run.pk}/").content.decode()
