@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from cli import client
 from engine import cli as engine_cli
 from engine.accuracy import cli as accuracy_cli
+from engine.fusion import cli as fusion_cli
 from engine.memory import cli as memory_cli
 from engine.partition import cli as partition_cli
 from engine.profiling import cli as profiling_cli
@@ -51,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     partition_cli.add_commands(subparsers)
     profiling_cli.add_commands(subparsers)
     accuracy_cli.add_commands(subparsers)
+    fusion_cli.add_commands(subparsers)
     client.add_commands(subparsers)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -16,6 +16,7 @@ from frontend.figures.accuracy import (
 )
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
+from frontend.figures.kernels import fusion_stages, kernel_table, kernel_times
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 from frontend.figures.profile import profile_figures, sweep_chart
@@ -126,12 +127,27 @@ def _profile_context(result: dict, results: dict) -> dict:
     return context
 
 
+def _compile_context(result: dict, results: dict) -> dict:
+    context = {"kernel_rows": kernel_table(result)}
+    analysis = results.get("analyze")
+    if analysis:
+        kernel_of = {node: k["id"] for k in result.get("kernels", []) for node in k["nodes"]}
+        kernel = Metric("kernel", kind="categorical", values=kernel_of, aggregate="mode")
+        context["graph"] = graph_payload(analysis, {"kernel": kernel}, initial="kernel")
+    return context
+
+
 PRESENTERS: dict[str, Presenter] = {
     "analyze": Presenter("workbench/stages/analyze.html", analysis_figures, _top_nodes),
     "profile": Presenter("workbench/stages/profile.html", _profile_figures, _profile_context),
     "memory": Presenter("workbench/stages/memory.html", _memory_figures, _memory_rows),
     "partition": Presenter(
         "workbench/stages/partition.html", _partition_figures, _partition_context
+    ),
+    "compile": Presenter(
+        "workbench/stages/compile.html",
+        lambda r: {"times": kernel_times(r), "stages": fusion_stages(r)},
+        _compile_context,
     ),
     "accuracy": Presenter(
         "workbench/stages/accuracy.html",

@@ -46,6 +46,14 @@ STAGES: dict[str, StageInfo] = {
             time_limit_s=15 * 60,
         ),
         StageInfo(
+            "compile",
+            "Fuse + compile",
+            "Simplify, import into Apache TVM (unsupported nodes fall back to onnxruntime), "
+            "plan fusion with every cut explained, build for the worker's CPU, time each "
+            "kernel, optionally tune with MetaSchedule; the artifact is downloadable.",
+            time_limit_s=90 * 60,
+        ),
+        StageInfo(
             "accuracy",
             "Accuracy",
             "Run a candidate (fp16 conversion, simplified model, partitioned execution, or "

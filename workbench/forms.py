@@ -80,6 +80,12 @@ class StartRunForm(forms.Form):
         label="Memory plan: let elementwise ops overwrite their input (in-place reuse)",
     )
 
+    compile_tune_minutes = forms.FloatField(
+        initial=0,
+        min_value=0,
+        max_value=240,
+        label="Compile: MetaSchedule tuning budget in minutes (0: default schedules only)",
+    )
     partition_network = forms.ChoiceField(
         required=False,
         choices=[("", "no cloud"), ("3g", "3G"), ("4g", "4G"), ("wifi", "Wi-Fi")],
@@ -93,6 +99,7 @@ class StartRunForm(forms.Form):
             ("fp16", "fp16 conversion of this model"),
             ("simplified", "simplified model (onnxslim)"),
             ("partitioned", "partitioned execution (needs the Partition stage)"),
+            ("tvm", "TVM build of this model"),
             ("other", "another of my models, as an optimized version of this one"),
         ],
         label="Accuracy: candidate",
@@ -126,6 +133,7 @@ class StartRunForm(forms.Form):
                 "sweeps": data["profile_sweeps"],
             },
             "memory": {"in_place": data["memory_in_place"]},
+            "compile": {"tune_minutes": data["compile_tune_minutes"]},
             "accuracy": {
                 "candidate": data["accuracy_candidate"] or "fp16",
                 "other_model": data["accuracy_other_model"].pk

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.errors import ProgressFn
-from jobs.runners import accuracy, analyze, memory, partition, profile
+from jobs.runners import accuracy, analyze, compile, memory, partition, profile
 from workbench.models import StageResult
 
 Runner = Callable[[StageResult, ProgressFn], dict]
@@ -15,5 +15,6 @@ RUNNERS: dict[str, Runner] = {
     "profile": profile.run,
     "memory": memory.run,
     "partition": partition.run,
+    "compile": compile.run,
     "accuracy": accuracy.run,
 }

@@ -1,0 +1,170 @@
+"""Compile one TVM segment: plan its kernels, schedule them, build and export the library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.fusion.importer import ImportedModule, restore_names
+from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
+
+
+@dataclass
+class FusedSegment:
+    """A segment after FuseOps: its kernel calls, and the module to build."""
+
+    imported: ImportedModule
+    legal: object
+    fused: object
+    calls: list[KernelCall]  # kernels (views excluded)
+    views: list[KernelCall] = field(default_factory=list)  # reshapes the VM runs as views
+
+
+@dataclass
+class BuiltSegment:
+    library: str
+    params_file: str
+    param_names: list[str]
+    schedules: dict[str, str]  # kernel function -> "tuned" | "tiled" | "parallel" | "none"
+    kernel_names: set[str]
+
+
+def fuse_segment(imported: ImportedModule, target, node_order: list[str]) -> FusedSegment:
+    """Prepare the weights, legalize and FuseOps; read the kernels (and views) back."""
+    if str(target.kind.name) == "llvm":
+        imported = pretransform_weights(imported, target)
+    legal, fused = lower_to_fused(imported.mod, target)
+    calls = kernel_calls(fused, legal, imported.binding_nodes, node_order)
+    kernels, views = split_views(fused, calls)
+    return FusedSegment(imported, legal, fused, kernels, views)
+
+
+def pretransform_weights(imported: ImportedModule, target) -> ImportedModule:
+    """Store conv weights as IHWO (output channels innermost, where the default schedule
+    vectorizes) and bias reshapes done, computed once here instead of on every inference.
+
+    ConvertLayout inserts the weight transposes, LiftTransformParams moves everything
+    that depends on weights only into ``main_transform_params``, which runs now, once.
+    """
+    import tvm
+    from tvm import relax
+
+    mod = imported.mod
+    if _only_dense_convs(mod):
+        try:
+            mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "IHWO"]})(mod)
+        except Exception:  # noqa: BLE001 - some ops cannot take the layout: keep OIHW
+            mod = imported.mod
+    mod = relax.transform.LiftTransformParams()(mod)
+    if "main_transform_params" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        return imported
+    transform = tvm.IRModule({"main_transform_params": mod["main_transform_params"]})
+    vm = relax.VirtualMachine(tvm.compile(transform, tvm.target.Target("llvm")), tvm.cpu())
+    device = tvm.cpu()
+    inputs = tvm.runtime.convert([tvm.runtime.tensor(v, device) for v in imported.params.values()])
+    outputs = vm["main_transform_params"](inputs)
+    params = {f"weight{k}": o.numpy() for k, o in enumerate(outputs)}
+    lifted = tvm.IRModule(
+        {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main_transform_params"}
+    )
+    lifted = restore_names(imported.mod["main"], lifted)
+    return ImportedModule(
+        lifted, params, imported.input_names, imported.binding_nodes, imported.folded_nodes
+    )
+
+
+def _only_dense_convs(mod) -> bool:
+    """ConvertLayout is applied only where every conv2d is a dense (groups=1) NCHW conv."""
+    from tvm import relax
+
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
+            found.append(int(expr.attrs.groups) == 1 and str(expr.attrs.data_layout) == "NCHW")
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return bool(found) and all(found)
+
+
+def unfused_calls(segment: FusedSegment, node_order: list[str]) -> list[KernelCall]:
+    """One kernel per legalized operator: the 'no fusion' baseline."""
+    calls = kernel_calls(segment.legal, segment.legal, segment.imported.binding_nodes, node_order)
+    return split_views(segment.legal, calls)[0]
+
+
+def split_views(mod, calls: list[KernelCall]) -> tuple[list[KernelCall], list[KernelCall]]:
+    """Kernels made of reshapes only become views at run time (RewriteDataflowReshape)."""
+    from tvm import relax, tirx
+
+    kernels, views = [], []
+    for call in calls:
+        prims = [mod[name] for name in call.prims]
+        is_view = all(
+            isinstance(f, tirx.PrimFunc) and relax.analysis.has_reshape_pattern(f) for f in prims
+        )
+        (views if is_view else kernels).append(call)
+    return kernels, views
+
+
+def build_segment(
+    segment: FusedSegment, spec, directory: Path, stem: str, tuned: dict | None = None
+) -> BuiltSegment:
+    """FuseTIR, apply ``tuned`` schedules (workload key -> PrimFunc) then default ones,
+    compile, and write ``<stem>.so`` and ``<stem>.params.npz`` into ``directory``."""
+    import tvm
+    from tvm import relax
+
+    from engine.fusion.schedules import apply_default_schedules
+
+    target = spec.tvm_target()
+    mod = fuse_tir(segment.fused, target)
+    if tuned:
+        mod = _apply_tuned(mod, tuned)
+    if spec.kind == "llvm":
+        mod, schedules = apply_default_schedules(mod, target)
+    else:
+        from tvm.s_tir import dlight
+
+        with target:
+            mod = dlight.ApplyDefaultSchedule(dlight.gpu.Fallback())(mod)
+        schedules = {}
+    backend = relax.backend
+    pipeline = backend.cuda.pipeline if spec.kind == "cuda" else backend.cpu_generic.pipeline
+    lowering = tvm.transform.Sequential(
+        pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target)
+    )
+    executable = tvm.compile(mod, target, relax_pipeline=lowering)
+    library = directory / f"{stem}.so"
+    executable.export_library(str(library))
+    params_file = directory / f"{stem}.params.npz"
+    np.savez(params_file, **segment.imported.params)
+    kernel_names = {
+        gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+    }
+    return BuiltSegment(
+        library.name,
+        params_file.name,
+        list(segment.imported.params),
+        schedules,
+        kernel_names,
+    )
+
+
+def _apply_tuned(mod, tuned: dict):
+    import tvm
+
+    from engine.fusion.tuning import workload_key, workload_module
+
+    updates = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            chosen = tuned.get(workload_key(workload_module(func)))
+            if chosen is not None:
+                updates[gv] = chosen.without_attr("global_symbol")
+    mod = mod.clone()
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod

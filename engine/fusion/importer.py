@@ -1,0 +1,268 @@
+"""ONNX -> simplified ONNX -> Relax, remembering which ONNX node each Relax binding came from.
+
+TVM's ONNX frontend keeps no spans, so the importer is subclassed: every converted
+node's result is bound to a variable, and the bindings emitted between one node's result
+and the previous one's belong to that node. The fusion plan uses this map to name the
+ONNX nodes inside every kernel. A node the frontend cannot convert raises
+:class:`NodeImportError` naming the node, so the delegate can run it with onnxruntime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import onnx
+
+from engine.errors import EngineError
+
+_MAX_REASON = 300
+
+
+class NodeImportError(EngineError):
+    """TVM's ONNX frontend failed on one node."""
+
+    code = "tvm_import_failed"
+
+    def __init__(self, node: str, op_type: str, reason: str):
+        super().__init__(f"TVM could not import node '{node}' ({op_type}): {reason}")
+        self.node, self.op_type, self.reason = node, op_type, reason
+
+
+@dataclass
+class ImportedModule:
+    """A Relax module with weights as parameters, and the node of every binding."""
+
+    mod: object  # tvm.IRModule
+    params: dict[str, object]  # name -> numpy array, in the order main expects them
+    input_names: list[str]
+    binding_nodes: dict[str, str] = field(default_factory=dict)  # Relax var name -> ONNX node
+    folded_nodes: list[str] = field(default_factory=list)  # converted to constants at import
+
+
+def supported_op_types() -> frozenset[str]:
+    """ONNX op types TVM's Relax frontend has a converter for."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    return frozenset(_get_convert_map()) | {"Constant", "If"}
+
+
+def simplify(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
+    """Fold constants (weights included) and shape arithmetic with onnxslim.
+
+    ``engine.graph.simplify`` keeps large constants computed so that analysis stays
+    light; a compiler wants the opposite, weights as data (parameters) rather than
+    ``ConstantOfShape`` nodes run on every inference, and onnxslim's Conv+BN folding. A
+    failing simplifier is not fatal: the model is kept and the report says why.
+    """
+    import onnxslim
+
+    started = time.perf_counter()
+    report = {"tool": f"onnxslim {onnxslim.__version__}", "nodes_before": len(model.graph.node)}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # onnxslim edits its input
+    # onnxslim drops initializers from the inputs, which IR < 4 requires there.
+    copy.ir_version = max(copy.ir_version, 4)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            simplified = onnxslim.slim(copy)
+        onnx.checker.check_model(simplified)
+    except Exception as e:  # noqa: BLE001 - a third-party optimizer may fail in any way
+        simplified = model
+        report["warning"] = f"not simplified: {_one_line(e)}"
+    report["nodes_after"] = len(simplified.graph.node)
+    report["seconds"] = round(time.perf_counter() - started, 3)
+    return simplified, report
+
+
+def prepare(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy with the given unique node names and no initializers listed as inputs
+    (IR < 4 style; the frontend would otherwise take them twice)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node, name in zip(out.graph.node, names, strict=True):
+        node.name = name
+    initializers = {t.name for t in out.graph.initializer}
+    kept = [v for v in out.graph.input if v.name not in initializers]
+    del out.graph.input[:]
+    out.graph.input.extend(kept)
+    _pretranspose_gemm_weights(out)
+    return out
+
+
+def _pretranspose_gemm_weights(model: onnx.ModelProto) -> None:
+    """Gemm(transB=1) with a constant B: store B transposed, so no kernel transposes the
+    weights on every inference."""
+    from onnx import numpy_helper
+
+    weights = {t.name: t for t in model.graph.initializer}
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    for node in model.graph.node:
+        if node.op_type != "Gemm" or len(node.input) < 2 or readers.get(node.input[1]) != 1:
+            continue
+        trans_b = next((a for a in node.attribute if a.name == "transB"), None)
+        weight = weights.get(node.input[1])
+        if trans_b is None or trans_b.i != 1 or weight is None or len(weight.dims) != 2:
+            continue
+        array = numpy_helper.to_array(weight).T.copy()
+        weight.CopyFrom(numpy_helper.from_array(array, weight.name))
+        trans_b.i = 0
+
+
+def import_onnx(
+    model: onnx.ModelProto, shapes: dict[str, list[int]], dtypes: dict[str, str]
+) -> ImportedModule:
+    """Import ``model`` (unique node names, sorted) into Relax with weights as parameters.
+
+    Raises :class:`NodeImportError` for the first node the frontend rejects.
+    """
+    from tvm import relax
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    class MappingImporter(ONNXGraphImporter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.results: list[tuple[str, list]] = []
+
+        def _convert_operator(self, op_name, inputs, attrs, opset):
+            node = attrs["tvm_custom"]["name"]
+            try:
+                sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            except Exception as e:  # noqa: BLE001 - converters raise anything
+                raise NodeImportError(node, op_name, _one_line(e)) from e
+            if isinstance(sym, relax.Call):
+                sym = self.bb.emit(sym)  # a named result marks where this node ends
+            self.results.append((node, _vars_of(sym, relax)))
+            return sym
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    importer = MappingImporter(shapes, dtypes, keep_params_in_input=True)
+    # The frontend prints every failing node's inputs (constants included) to stdout.
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            mod = importer.from_onnx(model.graph, opset)
+        except NodeImportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. an If whose branches do not convert
+            raise NodeImportError("<graph>", "-", _one_line(e)) from e
+    mod, params = relax.frontend.detach_params(mod)
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
+    owners, folded = _map_bindings(bindings, importer.results)
+    mod, mapping = _rename_bindings(mod, owners, relax)
+    names = [p.name for p in mod["main"].params]
+    num_input = int(mod["main"].attrs["num_input"])
+    values = {v: t.numpy() for v, t in zip(names[num_input:], params["main"], strict=True)}
+    return ImportedModule(mod, values, names[:num_input], mapping, folded)
+
+
+def _map_bindings(bindings, results) -> tuple[dict, list[str]]:
+    """Assign each binding to the node whose result closes the run of bindings it is in."""
+    position = {b.var: i for i, b in enumerate(bindings)}
+    mapping: dict = {}
+    folded = []
+    end = -1
+    for node, result_vars in results:
+        new = [position[v] for v in result_vars if v in position and position[v] > end]
+        if not new:
+            folded.append(node)
+            continue
+        stop = max(new)
+        for i in range(end + 1, stop + 1):
+            mapping[bindings[i].var] = node
+        end = stop
+    return mapping, folded
+
+
+def _rename_bindings(mod, owners: dict, relax) -> tuple[object, dict[str, str]]:
+    """Give every binding a unique name ``b<node index>_<k>`` that survives fusion.
+
+    The frontend reuses names (``lv``, ``lv1``) across nodes; FuseOps keeps the names of
+    the bindings it moves into a fused function, so unique names let the plan read back
+    which nodes each kernel holds.
+    """
+    index: dict[str, int] = {}
+    count: dict[str, int] = {}
+    new_names: dict = {}
+    for var, node in owners.items():
+        k = index.setdefault(node, len(index))
+        count[node] = count.get(node, -1) + 1
+        new_names[var] = f"b{k}_{count[node]}"
+    by_name = {name: node for var, name in new_names.items() for node in [owners[var]]}
+
+    return apply_names(mod, new_names), by_name
+
+
+def apply_names(mod, new_names: dict):
+    """Rename ``main``'s binding variables (``{Var: name}``); others keep their names."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Renamer(relax.PyExprMutator):
+        def visit_var_def_(self, var):
+            name = new_names.get(var)
+            return var if name is None else relax.Var(name, var.ty)
+
+        def visit_dataflow_var_def_(self, var):
+            name = new_names.get(var)
+            return var if name is None else relax.DataflowVar(name, var.ty)
+
+    main = Renamer().visit_expr(mod["main"])
+    mod = mod.clone()
+    mod["main"] = main
+    return mod
+
+
+def restore_names(old_main, new_mod):
+    """After a pass that rebuilt bindings in the same order (ConvertLayout, then
+    LiftTransformParams removing weight-only ones), give them back their old names."""
+    from tvm import relax
+
+    old = [
+        (b.var.name, _op_key(b.value, relax))
+        for block in old_main.body.blocks
+        for b in block.bindings
+    ]
+    names, i = {}, 0
+    main = new_mod["main"]
+    for k, param in enumerate(main.params[int(main.attrs["num_input"]) :]):
+        names[param] = f"weight{k}"  # lifted weights are named lv.., like FuseOps' results
+    for block in main.body.blocks:
+        for b in block.bindings:
+            key = _op_key(b.value, relax)
+            j = i
+            while j < len(old) and old[j][1] != key:
+                j += 1
+            if j < len(old):
+                names[b.var] = old[j][0]
+                i = j + 1
+    return apply_names(new_mod, names)
+
+
+def _op_key(value, relax) -> str:
+    if isinstance(value, relax.Call):
+        return str(getattr(value.op, "name", None) or getattr(value.op, "name_hint", "call"))
+    return type(value).__name__
+
+
+def _vars_of(expr, relax) -> list:
+    if isinstance(expr, relax.Var):
+        return [expr]
+    if isinstance(expr, relax.Tuple):
+        return [v for field_ in expr.fields for v in _vars_of(field_, relax)]
+    if isinstance(expr, tuple | list):
+        return [v for item in expr for v in _vars_of(item, relax)]
+    return []
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = next((line for line in text if line.strip()), type(e).__name__)
+    return f"{type(e).__name__}: {first.strip()}"[:_MAX_REASON]

@@ -1,0 +1,267 @@
+"""Relax lowering up to fused TIR kernels, and reading the kernels back out of it.
+
+The stages are TVM's own CPU pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant,
+FuseOps, FuseTIR), run one by one so the plan can look at the module after FuseOps:
+every fused Relax function there is one kernel, every lone ``call_tir`` is one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+_SLICE = "strided_slice"  # what LegalizeOps names an ONNX Slice
+
+# TVM's OpPatternKind, as AnnotateTIROpPattern stores it on PrimFuncs.
+ELEMWISE, BROADCAST, INJECTIVE, REDUCE, OUT_EWISE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
+PATTERN_NAMES = {
+    ELEMWISE: "elementwise",
+    BROADCAST: "broadcast",
+    INJECTIVE: "injective",
+    REDUCE: "reduction",
+    OUT_EWISE: "anchor (conv/matmul/pool)",
+    TUPLE: "tuple",
+    OPAQUE: "opaque",
+}
+
+
+@dataclass
+class KernelCall:
+    """One kernel launch in ``main``: what it runs, on which tensors, from which nodes."""
+
+    index: int
+    func: str  # the PrimFunc (after FuseTIR) or fused Relax function name
+    prims: list[str]  # the legalized PrimFuncs inside it, in order
+    pattern: int
+    var: str  # the Relax variable bound to its result in main
+    args: list[str]  # Relax variables / params it reads
+    nodes: list[str] = field(default_factory=list)  # ONNX nodes
+    bytes_in: int = 0
+    bytes_out: int = 0
+    param_bytes: int = 0
+    flops: int = 0
+    reduce_extent: int = 1  # product of the reduction extents of its heaviest block
+
+
+def lower_to_fused(mod, target):
+    """LegalizeOps .. FuseOps: returns (legalized module, fused module)."""
+    import tvm
+    from tvm import relax
+
+    with target:
+        legal = tvm.transform.Sequential(
+            [
+                relax.backend.DispatchSampling(),
+                relax.backend.DispatchSortScan(),
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+            ]
+        )(mod)
+        fused = relax.transform.FuseOps()(legal)
+    return legal, fused
+
+
+def fuse_tir(fused_mod, target):
+    import tvm
+    from tvm import relax
+
+    with target:
+        return tvm.transform.Sequential(
+            [relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()]
+        )(fused_mod)
+
+
+def kernel_calls(fused_mod, legal_mod, binding_nodes: dict[str, str], node_order: list[str]):
+    """The kernels of ``main`` after FuseOps, each with the ONNX nodes it computes.
+
+    FuseOps deduplicates structurally equal fused functions, so a function's body names
+    the bindings of only one of its call sites. The members of each call are found in
+    the module before fusion instead: the vanished bindings whose inputs are the call's
+    arguments or earlier members, running the call's kernels.
+    """
+    from tvm import relax
+
+    main = fused_mod["main"]
+    types = {p.name: p.ty for p in main.params}
+    param_names = {p.name for p in main.params[int(main.attrs["num_input"]) :]}
+    before = [b for block in legal_mod["main"].body.blocks for b in block.bindings]
+    after = [b for block in main.body.blocks for b in block.bindings]
+    surviving = {b.var.name for b in after}
+    vanished = []  # (name, prim, reads) of bindings that moved into fused functions
+    for b in before:
+        if b.var.name not in surviving and isinstance(b.value, relax.Call):
+            gv, args = _callee(b.value, relax)
+            if gv is not None:
+                vanished.append((b.var.name, gv.name_hint, set(_var_names(args, relax))))
+    claimed: set[str] = set()
+    alias: dict[str, str] = {}  # a fused call's result -> its last binding before fusion
+    calls: list[KernelCall] = []
+    for b in after:
+        types[b.var.name] = b.var.ty
+        if not isinstance(b.value, relax.Call):
+            continue
+        callee, args = _callee(b.value, relax)
+        if callee is None:
+            continue
+        func = fused_mod[callee]
+        arg_names = _var_names(args, relax)
+        if isinstance(func, relax.Function):
+            inner = [ib for block in func.body.blocks for ib in block.bindings]
+            prim_vars = [_callee(ib.value, relax)[0] for ib in inner if _is_tir(ib, relax)]
+            prim_funcs = [fused_mod[gv] for gv in prim_vars]
+            prims = [gv.name_hint for gv in prim_vars]
+            pattern = max((_pattern(f) for f in prim_funcs), default=OPAQUE)
+            members = _claim(vanished, claimed, {alias.get(a, a) for a in arg_names}, prims)
+            if members:
+                alias[b.var.name] = members[-1]
+        else:
+            prims, pattern, prim_funcs, members = [callee.name_hint], _pattern(func), [func], []
+        call = KernelCall(len(calls), callee.name_hint, prims, pattern, b.var.name, arg_names)
+        call.nodes = _nodes_of([b.var.name, *members], binding_nodes)
+        call.bytes_out = _bytes(b.var.ty)
+        sliced = _sliced_bytes(func, relax) if isinstance(func, relax.Function) else {}
+        call.bytes_in = sum(sliced.get(k, _bytes(types.get(a))) for k, a in enumerate(arg_names))
+        if callee.name_hint.startswith(_SLICE) and arg_names:
+            call.bytes_in = call.bytes_out  # a lone slice reads only what it writes
+        call.param_bytes = sum(_bytes(types.get(a)) for a in arg_names if a in param_names)
+        work = [_work(p) for p in prim_funcs]
+        call.flops = sum(f for f, _ in work)
+        call.reduce_extent = max((r for _, r in work), default=1)
+        calls.append(call)
+    rank = {n: i for i, n in enumerate(node_order)}
+    for call in calls:
+        call.nodes.sort(key=lambda n: rank.get(n, len(rank)))
+    return calls
+
+
+def _claim(vanished, claimed: set[str], allowed: set[str], prims: list[str]) -> list[str]:
+    """Take the vanished bindings a fused call computes, in order (see kernel_calls)."""
+    need = Counter(prims)
+    members: list[str] = []
+    inside = set(allowed)
+    grown = True
+    while grown:
+        grown = False
+        for name, prim, reads in vanished:
+            if name in claimed or need[prim] <= 0 or not reads <= inside:
+                continue
+            members.append(name)
+            claimed.add(name)
+            inside.add(name)
+            need[prim] -= 1
+            grown = True
+    return members
+
+
+def _sliced_bytes(func, relax) -> dict[int, int]:
+    """Parameters a fused kernel only slices: it reads the slices, not the whole tensor."""
+    params = {p.name: k for k, p in enumerate(func.params)}
+    users: dict[str, list] = {}
+    for block in func.body.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, relax.Call):
+                gv, args = _callee(b.value, relax)
+                for a in args:
+                    if isinstance(a, relax.Var) and a.name in params:
+                        users.setdefault(a.name, []).append((gv, b.var.ty))
+    return {
+        params[name]: sum(_bytes(ty) for _, ty in uses)
+        for name, uses in users.items()
+        if all(gv is not None and gv.name_hint.startswith(_SLICE) for gv, _ in uses)
+    }
+
+
+def _var_names(args, relax) -> list[str]:
+    return [a.name for a in args if isinstance(a, relax.Var)]
+
+
+def _nodes_of(names: list[str], binding_nodes: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(binding_nodes[n] for n in names if n in binding_nodes))
+
+
+def _is_tir(binding, relax) -> bool:
+    return isinstance(binding.value, relax.Call) and _callee(binding.value, relax)[0] is not None
+
+
+def _callee(call, relax):
+    """(GlobalVar, args) for ``call_tir(prim, args)`` or a call to a fused function."""
+    import tvm
+
+    op = call.op
+    if isinstance(op, tvm.ir.Op) and op.name == "relax.call_tir":
+        gv, args = call.args[0], call.args[1]
+        return gv, list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    if isinstance(op, tvm.ir.GlobalVar):
+        return op, list(call.args)
+    return None, []
+
+
+def _pattern(func) -> int:
+    attrs = getattr(func, "attrs", None)
+    if attrs is not None and "op_pattern" in attrs:
+        return int(attrs["op_pattern"])
+    return OPAQUE
+
+
+def _bytes(ty) -> int:
+    """Bytes of a tensor (or tuple of tensors) type; 0 when not static."""
+    if ty is None:
+        return 0
+    fields = getattr(ty, "fields", None)
+    if fields is not None:
+        return sum(_bytes(f) for f in fields)
+    shape = getattr(ty, "shape", None)
+    dtype = getattr(ty, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    try:
+        dims = (
+            [int(d) for d in shape.values] if hasattr(shape, "values") else [int(d) for d in shape]
+        )
+    except (TypeError, ValueError, AttributeError):
+        return 0
+    import tvm
+
+    bits = tvm.runtime.DataType(str(dtype)).bits
+    return math.prod(dims) * max(bits // 8, 1)
+
+
+def _work(prim) -> tuple[int, int]:
+    """(flops, largest reduction extent) of a PrimFunc: one flop per block instance, two
+    (multiply and add) per instance of a reduction block."""
+    total = 0
+    biggest = 1
+
+    def visit(stmt, extent: int) -> None:
+        nonlocal total, biggest
+        kind = type(stmt).__name__
+        if kind == "For":
+            visit(stmt.body, extent * _int(stmt.extent))
+        elif kind == "SeqStmt":
+            for child in stmt.seq:
+                visit(child, extent)
+        elif kind in ("SBlockRealize", "BlockRealize"):
+            block = stmt.block
+            iters = list(block.iter_vars)
+            reduce = math.prod(_int(iv.dom.extent) for iv in iters if int(iv.iter_type) == 2)
+            if iters:
+                total += extent * (2 if reduce > 1 else 1)
+                biggest = max(biggest, reduce)
+            visit(block.body, extent)
+        elif hasattr(stmt, "body"):
+            visit(stmt.body, extent)
+
+    try:
+        visit(prim.body, 1)
+    except (AttributeError, TypeError, ValueError):  # unusual TIR loses only the estimate
+        return 0, 1
+    return total, biggest
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except TypeError:
+        return 1

@@ -1,0 +1,373 @@
+"""Default CPU schedules for kernels nobody tuned, so untuned code is already reasonable.
+
+TVM's CPU pipeline lowers every kernel as written by TOPI: serial scalar loops (an
+untuned ResNet-50 runs ~100x slower than onnxruntime). Here each fused kernel gets a
+schedule from its structure, the way MetaSchedule's rules would shape one sample:
+
+- the anchor (the reduction with the largest reduce extent: conv, matmul) gets a
+  register tile: the innermost output axis is vectorized, a second spatial axis whose
+  index does not address the vectorized operand is unrolled over (that load is reused),
+  the tile accumulates in a local buffer and the epilogue (bias, residual, ReLU) is
+  fused into the write-back (Souffle's "epilogue adopts the anchor's schedule");
+- elementwise producers and consumers are inlined where TIR allows it;
+- every other block runs parallel over its outer spatial loops and vectorized inside.
+
+A kernel the rules cannot shape keeps the simpler schedule, and one that fails even
+that stays as it was: a schedule changes speed, never results.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_MIN_ANCHOR_REDUCE = 4  # below: a reduction is not worth a register tile
+_MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) below this
+_ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
+_SCHEDULED = "tir.is_scheduled"
+
+
+@dataclass(frozen=True)
+class CpuScheduleConfig:
+    vector_lanes: int = 8  # fp32 lanes of the target's vector registers
+    parallel_min_extent: int = 2
+
+
+def vector_lanes(target) -> int:
+    """fp32 lanes of the target's widest vector register (4 when unknown)."""
+    from tvm.target import codegen
+
+    try:
+        return max(4, int(codegen.llvm_get_vector_width(target)) // 32)
+    except Exception:  # noqa: BLE001 - non-LLVM targets
+        return 4
+
+
+def apply_default_schedules(mod, target):
+    """Schedule every PrimFunc of ``mod`` that is not scheduled yet; returns the module
+    and ``{kernel: "tiled" | "parallel" | "none"}``."""
+    import tvm
+
+    config = CpuScheduleConfig(vector_lanes=vector_lanes(target))
+    kinds: dict[str, str] = {}
+    updates = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        if func.attrs is not None and _SCHEDULED in func.attrs and func.attrs[_SCHEDULED]:
+            kinds[gv.name_hint] = "tuned"
+            continue
+        scheduled, kind = schedule_cpu(func, config)
+        kinds[gv.name_hint] = kind
+        if scheduled is not None:
+            updates[gv] = scheduled.with_attr(_SCHEDULED, True)
+    if updates:
+        mod = mod.clone()
+        for gv, func in updates.items():
+            mod[gv] = func
+    return mod, kinds
+
+
+def schedule_cpu(func, config: CpuScheduleConfig):
+    """(scheduled PrimFunc or None, kind) for one kernel."""
+    for kind, rule in (("tiled", _tiled), ("parallel", _parallel_only)):
+        try:
+            sch = _schedule(func)
+            if rule(sch, config):
+                return sch.mod["main"], kind
+        except Exception:  # noqa: BLE001 - TIR schedule errors: try the simpler rule
+            continue
+    return None, "none"
+
+
+def _schedule(func):
+    import tvm
+
+    return tvm.s_tir.Schedule(func.with_attr("global_symbol", "main"))
+
+
+def _blocks(sch):
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def _iter_types(sch, block) -> list[int]:
+    return [int(iv.iter_type) for iv in sch.get(block).iter_vars]
+
+
+def _extents(sch, loops) -> list[int]:
+    return [_int(sch.get(loop).extent) for loop in loops]
+
+
+def _reduce_extent(sch, block) -> int:
+    iters = sch.get(block).iter_vars
+    return math.prod(_int(iv.dom.extent) for iv in iters if int(iv.iter_type) == 2)
+
+
+def _anchor(sch):
+    """The reduction block with the largest reduce extent, if it is big enough."""
+    best, best_extent = None, _MIN_ANCHOR_REDUCE - 1
+    for block in _blocks(sch):
+        extent = _reduce_extent(sch, block)
+        if extent > best_extent:
+            best, best_extent = block, extent
+    return best
+
+
+def _tiled(sch, config: CpuScheduleConfig) -> bool:
+    anchor = _anchor(sch)
+    if anchor is None:
+        return False
+    types = _iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if len(loops) != len(types) or types != sorted(types) or 2 not in types:
+        return False  # loops are not "spatial then reduce": leave it to the simple rule
+    n_spatial = types.count(0)
+    tile = _choose_tile(sch, anchor, n_spatial, config)
+    if tile is None:
+        return False
+    name = sch.get(anchor).name_hint
+    _inline_consumers_of(sch, anchor, keep=name)
+    if tile.relayout is not None:
+        read_index, dim = tile.relayout
+        cached = sch.cache_read(anchor, read_index, "global")
+        ndim = len(_buffer(sch.get(cached).writes[0]).shape)
+        sch.transform_layout(cached, ("write", 0), _move_last(dim, ndim))
+    writeback = sch.cache_write(anchor, 0, "local")
+    out_dims = [_names(str(r.min)) for r in sch.get(anchor).writes[0].region]
+    vector_name = str(sch.get(anchor).iter_vars[tile.vector_axis].var)
+    vector_dims = [d for d, names in enumerate(out_dims) if vector_name in names]
+    if len(vector_dims) == 1 and vector_dims[0] != len(out_dims) - 1:
+        # Accumulators in lanes: the vectorized axis must be innermost in the tile.
+        sch.transform_layout(anchor, ("write", 0), _move_last(vector_dims[0], len(out_dims)))
+    _fuse_epilogue(sch, writeback)
+    loops = sch.get_loops(anchor)
+    spatial, reduce = loops[:n_spatial], loops[n_spatial:]
+    vec_o, vec_i = sch.split(spatial[tile.vector_axis], [None, tile.vector])
+    outer, inner = [], []
+    for k, loop in enumerate(spatial):
+        if k == tile.vector_axis:
+            outer.append(vec_o)
+        elif k == tile.row_axis:
+            row_o, row_i = sch.split(loop, [None, tile.rows])
+            outer.append(row_o)
+            inner.append(row_i)
+        else:
+            outer.append(loop)
+    sch.reorder(*outer, *reduce, *inner, vec_i)
+    sch.reverse_compute_at(writeback, outer[-1])
+    # Loop annotations first: after decompose_reduction the update block no longer
+    # counts as a reduction, and TIR refuses to parallelize or vectorize around it.
+    sch.vectorize(vec_i)
+    for loop in inner:
+        sch.unroll(loop)
+    parallel = sch.fuse(*outer[:-1]) if len(outer) > 2 else outer[0]
+    sch.parallel(parallel)
+    sch.decompose_reduction(anchor, reduce[0])
+    for block in _blocks(sch):
+        if sch.get(block).name_hint not in (name, f"{name}_init") and not _is_under(
+            sch, block, parallel
+        ):
+            _parallel_block(sch, block, config)
+    return True
+
+
+@dataclass(frozen=True)
+class _Tile:
+    vector_axis: int  # spatial axis computed in vector lanes
+    vector: int
+    row_axis: int | None  # spatial axis unrolled over (register rows)
+    rows: int
+    relayout: tuple[int, int] | None  # (read index, dim) of an operand to copy transposed
+
+
+def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Tile | None:
+    """Vectorize along an axis that indexes one operand and not the other (so the other
+    operand's value is broadcast), over register rows of an axis of the other operand.
+    An operand whose vectorized dimension is not innermost (conv weights OIHW) is read
+    through a transposed copy."""
+    block = sch.get(anchor)
+    names = [str(iv.var) for iv in block.iter_vars]
+    extents = [_int(iv.dom.extent) for iv in block.iter_vars][:n_spatial]
+    output = _buffer(block.writes[0])
+    reads = [(k, r) for k, r in enumerate(block.reads) if not _buffer(r).same_as(output)]
+    if len(reads) != 2:
+        return None
+    texts = [[str(dim.min) for dim in r.region] for _, r in reads]
+    used = [[_names(text) for text in dims] for dims in texts]
+    flat = [set().union(*dims) for dims in used]
+    best = None
+    for a, b in ((0, 1), (1, 0)):
+        for k in range(n_spatial):
+            # A grouped conv reads its input at ``ff // C``: constant over a tile of ff
+            # that divides C, so that operand is still broadcast across the lanes.
+            group = _group_size(names[k], texts[b]) if names[k] in flat[b] else extents[k]
+            if group is None:
+                continue
+            common = math.gcd(extents[k], group)
+            width = _divisor(common, (config.vector_lanes, config.vector_lanes // 2, 4))
+            if names[k] not in flat[a] or width == 1:
+                continue
+            dims = [d for d, vars_ in enumerate(used[a]) if names[k] in vars_]
+            if len(dims) != 1:
+                continue
+            last = texts[a][-1]
+            contiguous = dims[0] == len(used[a]) - 1 and f"{names[k]} *" not in last
+            key = (width, contiguous, extents[k])
+            if best is None or key > best[0]:
+                best = (key, k, a, b, dims[0])
+    if best is None:
+        return None
+    (width, contiguous, extent), k, a, b, dim = best
+    group = _group_size(names[k], texts[b]) or extent
+    vector = 2 * width if math.gcd(extent, group) % (2 * width) == 0 else width
+    rows_axes = [
+        j
+        for j in range(n_spatial)
+        if names[j] in flat[b] and names[j] not in flat[a] and extents[j] > 1
+    ]
+    row = rows_axes[-1] if rows_axes else None
+    rows = _divisor(extents[row], _ROWS) if row is not None else 1
+    if row is not None and rows == 1 and extents[row] > _ROWS[0]:
+        rows = _ROWS[0]  # no divisor (e.g. 13): an imperfect tile, its tail predicated
+    if row is None and _reduce_extent(sch, anchor) < _MIN_GEMV_REDUCE:
+        return None  # depthwise conv: no reuse to tile for; the simple rule does as well
+    if row is None:  # a matrix-vector product: wide tiles read each weight row in bursts
+        for wide in (8, 4, 2):
+            if math.gcd(extent, group) % (wide * width) == 0:
+                vector = wide * width
+                break
+    relayout = None if contiguous else (reads[a][0], dim)
+    return _Tile(k, vector, row if rows > 1 else None, rows, relayout)
+
+
+def _group_size(name: str, texts: list[str]) -> int | None:
+    """C when every use of ``name`` in these index expressions is ``name // C``; None
+    when it is used any other way."""
+    sizes = set()
+    for text in texts:
+        rest = text
+        for match in re.finditer(rf"\b{re.escape(name)} // T\.int64\((\d+)\)", text):
+            sizes.add(int(match.group(1)))
+            rest = rest.replace(match.group(0), "")
+        if name in _names(rest):
+            return None
+    return math.gcd(*sizes) if sizes else None
+
+
+def _move_last(dim: int, ndim: int):
+    from tvm import tirx
+
+    return tirx.IndexMap.from_func(lambda *idx: [*idx[:dim], *idx[dim + 1 :], idx[dim]], ndim=ndim)
+
+
+def _buffer(region):
+    """The buffer a block read/write region refers to (``source`` in this TVM)."""
+    return getattr(region, "buffer", None) or region.source
+
+
+def _names(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_]\w*", text))
+
+
+def _parallel_only(sch, config: CpuScheduleConfig) -> bool:
+    _inline_elementwise(sch)
+    for block in _blocks(sch):
+        _parallel_block(sch, block, config)
+    return True
+
+
+def _parallel_block(sch, block, config: CpuScheduleConfig) -> None:
+    """Parallel over the leading spatial loops, vectorized innermost when all spatial."""
+    types = _iter_types(sch, block)
+    loops = sch.get_loops(block)
+    if not loops or len(loops) != len(types):
+        return
+    lead = 0
+    while lead < len(types) and types[lead] == 0:
+        lead += 1
+    if lead == 0:
+        return
+    if lead == len(types):  # all spatial: fuse, vectorize the inside, parallel outside
+        extents = _extents(sch, loops)
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        lanes = _divisor(math.prod(extents), (config.vector_lanes, 4))
+        if lanes > 1 and extents[-1] % lanes == 0:
+            outer, inner = sch.split(fused, [None, lanes])
+            sch.vectorize(inner)
+            sch.parallel(outer)
+        else:
+            sch.parallel(fused)
+        return
+    fused = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
+    sch.parallel(fused)
+
+
+def _inline_elementwise(sch) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for block in _blocks(sch):
+            if 2 in _iter_types(sch, block):
+                continue
+            for inline in (sch.compute_inline, sch.reverse_compute_inline):
+                try:
+                    inline(block)
+                except Exception:  # noqa: BLE001 - not inlinable here; try the next way
+                    continue
+                changed = True
+                break
+            if changed:
+                break
+
+
+def _inline_consumers_of(sch, anchor, keep: str) -> None:
+    """Inline elementwise blocks except producers of the anchor (a padded input stays
+    materialized: inlined, its bounds check would sit in the innermost loop)."""
+    producers = {sch.get(p).name_hint for p in sch.get_producers(anchor)}
+    changed = True
+    while changed:
+        changed = False
+        for block in _blocks(sch):
+            name = sch.get(block).name_hint
+            if name == keep or name in producers or 2 in _iter_types(sch, block):
+                continue
+            try:
+                sch.compute_inline(block)
+                changed = True
+                break
+            except Exception:  # noqa: BLE001 - a consumer of the anchor: fused later
+                continue
+
+
+def _fuse_epilogue(sch, writeback) -> None:
+    """Inline the anchor's elementwise consumers into its write-back, one at a time."""
+    changed = True
+    while changed:
+        changed = False
+        for consumer in sch.get_consumers(writeback):
+            try:
+                sch.reverse_compute_inline(consumer)
+                changed = True
+                break
+            except Exception:  # noqa: BLE001 - e.g. a reduction consumer: stays separate
+                continue
+
+
+def _is_under(sch, block, loop) -> bool:
+    target = sch.get(loop)
+    return any(sch.get(lp).same_as(target) for lp in sch.get_loops(block))
+
+
+def _divisor(extent: int, candidates) -> int:
+    for c in candidates:
+        if c > 1 and extent % c == 0:
+            return c
+    return 1
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except TypeError:
+        return 1

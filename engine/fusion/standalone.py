@@ -1,0 +1,142 @@
+"""Run a compiled workbench artifact: ``python run.py [--inputs x.npz] [--out y.npz]``.
+
+This file is copied into every artifact as ``run.py`` and must stay standalone: it
+imports only the standard library, numpy, TVM's runtime and, when the manifest lists
+segments that fell back, onnxruntime. The engine runs compiled models through the same
+class, so what is measured is what ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+
+
+class CompiledModel:
+    """The segments of a compiled model, run in order on named tensors."""
+
+    def __init__(self, directory: str | os.PathLike, threads: int = 0):
+        self.directory = Path(directory)
+        self.manifest = json.loads((self.directory / MANIFEST).read_text())
+        self.threads = threads or int(self.manifest.get("threads", 0))
+        self.segments = [self._load(s) for s in self.manifest["segments"]]
+
+    @property
+    def input_specs(self) -> list[dict]:
+        return self.manifest["inputs"]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o["name"] for o in self.manifest["outputs"]]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model; returns every output of the model by name."""
+        values = dict(feeds)
+        for segment in self.segments:
+            values.update(segment.run(values))
+        return {name: values[name] for name in self.output_names}
+
+    def example_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Inputs drawn from the manifest's specs: normal floats, small integers."""
+        return example_inputs(self.input_specs, seed)
+
+    def _load(self, spec: dict):
+        if spec["backend"] == "tvm":
+            return _TvmSegment(self.directory, spec, self.threads)
+        return _OrtSegment(self.directory, spec, self.threads)
+
+
+class _TvmSegment:
+    def __init__(self, directory: Path, spec: dict, threads: int):
+        import tvm
+        from tvm.runtime.vm import VirtualMachine
+
+        if threads > 0:
+            config = tvm.get_global_func("runtime.config_threadpool", True)
+            if config is not None:
+                config(1, threads)
+        self.spec = spec
+        self.device = tvm.cuda(0) if spec.get("device") == "cuda" else tvm.cpu(0)
+        self.lib = tvm.runtime.load_module(str(directory / spec["library"]))
+        self.vm = VirtualMachine(self.lib, self.device)
+        with np.load(directory / spec["params"]) as params:
+            self.params = [
+                tvm.runtime.tensor(params[name], self.device) for name in spec["param_names"]
+            ]
+        self._tvm = tvm
+
+    def arguments(self, values: dict) -> list:
+        tensor = self._tvm.runtime.tensor
+        inputs = [tensor(np.ascontiguousarray(values[n]), self.device) for n in self.spec["inputs"]]
+        return inputs + self.params
+
+    def run(self, values: dict) -> dict:
+        result = self.vm["main"](*self.arguments(values))
+        outputs = [result] if hasattr(result, "numpy") else list(result)
+        return {n: o.numpy() for n, o in zip(self.spec["outputs"], outputs, strict=True)}
+
+
+class _OrtSegment:
+    def __init__(self, directory: Path, spec: dict, threads: int):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        if threads > 0:
+            options.intra_op_num_threads = threads
+        self.spec = spec
+        self.session = ort.InferenceSession(
+            str(directory / spec["model"]), options, providers=["CPUExecutionProvider"]
+        )
+
+    def run(self, values: dict) -> dict:
+        feeds = {n: values[n] for n in self.spec["inputs"]}
+        outputs = self.session.run(self.spec["outputs"], feeds)
+        return dict(zip(self.spec["outputs"], outputs, strict=True))
+
+
+def example_inputs(specs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in specs:
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(spec["shape"])
+        if np.issubdtype(dtype, np.floating):
+            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[spec["name"]] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[spec["name"]] = rng.integers(0, 8, shape).astype(dtype)
+    return feeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a compiled model artifact.")
+    parser.add_argument("--inputs", help=".npz with one array per model input (default: random)")
+    parser.add_argument("--out", help="write the outputs to this .npz")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    model = CompiledModel(Path(__file__).resolve().parent, threads=args.threads)
+    if args.inputs:
+        with np.load(args.inputs) as data:
+            feeds = {k: data[k] for k in data.files}
+    else:
+        feeds = model.example_inputs(args.seed)
+    outputs = model.run(feeds)
+    if args.out:
+        np.savez(args.out, **outputs)
+    for name, value in outputs.items():
+        print(f"{name}: shape {list(value.shape)} {value.dtype} sum {float(value.sum()):.6g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Acceptance of the artifact: it runs in a fresh virtual environment that has only the
+packages its manifest names, and reproduces the outputs.
+
+Slow (creates a venv and installs TVM from the package index): runs when
+WORKBENCH_SLOW_TESTS=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+from test_fusion_compile import FAST, conv_relu_conv
+
+from engine.fusion import CompileConfig, compile_model
+from engine.fusion.standalone import CompiledModel
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("WORKBENCH_SLOW_TESTS") != "1", reason="slow: set WORKBENCH_SLOW_TESTS=1"
+)
+
+
+def test_artifact_runs_in_a_fresh_venv_and_reproduces_the_outputs(save, tmp_path):
+    # Celu falls back to onnxruntime, so the artifact exercises both kinds of segment.
+    result = compile_model(save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "c"), **FAST))
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(result.artifact) as tar:
+        tar.extractall(unpacked, filter="data")
+    model_dir = unpacked / "model"
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert any(r.startswith("onnxruntime==") for r in manifest["requirements"])
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", *manifest["requirements"]],
+        check=True,
+        timeout=1200,
+    )
+    feeds = CompiledModel(model_dir).example_inputs(seed=3)
+    np.savez(tmp_path / "in.npz", **feeds)
+    subprocess.run(
+        [
+            str(python),
+            str(model_dir / "run.py"),
+            "--inputs",
+            str(tmp_path / "in.npz"),
+            "--out",
+            str(tmp_path / "out.npz"),
+            "--threads",
+            "1",
+        ],
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
+    expected = CompiledModel(model_dir, threads=1).run(feeds)
+    with np.load(tmp_path / "out.npz") as got:
+        assert set(got.files) == set(expected)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(got[name], value)

@@ -1,0 +1,197 @@
+"""compile_model end to end on tiny models: fusion plan, fallback, timing, artifact, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import tarfile
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+from onnx_builders import build
+
+from engine.errors import EngineError
+from engine.fusion import CompileConfig, compile_model
+from engine.fusion.cli import add_commands
+
+pytest.importorskip("tvm")
+
+FAST = {"threads": 1, "timing_window_s": 0.1, "kernel_timing_runs": 1}
+
+
+def _random(name, shape, seed):
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+
+def conv_relu_conv(middle: str = "Relu"):
+    """x -> conv1 -> <middle> -> conv2 -> relu2 -> y, random weights."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node(middle, ["c1"], ["a1"], name="mid"),
+        helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
+    ]
+    inits = [
+        _random("w1", (16, 3, 3, 3), 1),
+        _random("b1", (16,), 2),
+        _random("w2", (16, 16, 3, 3), 3),
+        _random("b2", (16,), 4),
+    ]
+    return build(nodes, [("x", [1, 3, 16, 16])], [("y", [1, 16, 16, 16])], inits)
+
+
+def attention(heads: int = 2, hidden: int = 32, seq: int = 16):
+    """BERT-style self-attention: Q, K, V projections of x (MatMul + bias), split into
+    heads (Reshape + Transpose), softmax(Q K^T) V, heads merged back."""
+    nodes, inits = [], []
+    head = hidden // heads
+    shape = numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "heads")
+    merged = numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "merged")
+    inits += [shape, merged]
+    for k, name in enumerate("qkv"):
+        perm = [0, 2, 3, 1] if name == "k" else [0, 2, 1, 3]
+        nodes += [
+            helper.make_node("MatMul", ["x", f"w{name}"], [f"m{name}"], name=name),
+            helper.make_node("Add", [f"m{name}", f"b{name}"], [f"a{name}"], name=f"{name}_bias"),
+            helper.make_node("Reshape", [f"a{name}", "heads"], [f"r{name}"], name=f"{name}_heads"),
+            helper.make_node("Transpose", [f"r{name}"], [name], name=f"{name}_t", perm=perm),
+        ]
+        inits += [_random(f"w{name}", (hidden, hidden), k), _random(f"b{name}", (hidden,), 9 + k)]
+    nodes += [
+        helper.make_node("MatMul", ["q", "k"], ["s"], name="scores"),
+        helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["c"], name="context"),
+        helper.make_node("Transpose", ["c"], ["ct"], name="context_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ct", "merged"], ["y"], name="merge_heads"),
+    ]
+    return build(nodes, [("x", [1, seq, hidden])], [("y", [1, seq, hidden])], inits)
+
+
+def test_conv_model_compiles_matches_onnxruntime_and_names_its_kernels(save, tmp_path):
+    result = compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path / "out"), **FAST))
+    data = result.to_dict()
+    assert data["outputs_match"] is True
+    assert data["fallback_nodes"] == [] and data["tvm_nodes"] == 4
+    by_nodes = {tuple(k["nodes"]): k for k in data["kernels"]}
+    # Conv + bias + ReLU is one kernel (FuseOps' epilogue fusion), named after ONNX nodes.
+    assert ("conv1", "mid") in by_nodes and ("conv2", "relu2") in by_nodes
+    kernel = by_nodes[("conv1", "mid")]
+    assert kernel["souffle_class"] == "one-relies-on-many"
+    assert kernel["intensity"] == "compute"
+    assert kernel["op_types"] == ["Conv", "Relu"]
+    # bytes: input 1x3x16x16 + weights 16x3x3x3 + bias 16, output 1x16x16x16 (float32)
+    assert kernel["global_bytes"] == 4 * (3 * 256 + 16 * 27 + 16 + 16 * 256)
+    assert all(k["time_us"] and k["time_us"] > 0 for k in data["kernels"])
+    assert data["latency_ms"] > 0 and data["onnxruntime_latency_ms"] > 0
+    stages = [s["name"] for s in data["fusion"]["stages"]]
+    assert stages[:2] == ["unfused", "fuseops"]
+    assert data["fusion"]["kernel_count"] <= data["fusion"]["kernel_count_fuseops"]
+    assert data["target"]["target"]["kind"] == "llvm" and data["target"]["target"]["mcpu"]
+
+
+def test_artifact_holds_library_params_manifest_runner_and_onnx(save, tmp_path):
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "out"), **FAST)
+    ).to_dict()
+    with tarfile.open(data["artifact"]) as tar:
+        names = {m.name.removeprefix("model/") for m in tar.getmembers()}
+        manifest = json.load(tar.extractfile("model/manifest.json"))
+        for name, digest in manifest["files"].items():
+            assert hashlib.sha256(tar.extractfile(f"model/{name}").read()).hexdigest() == digest
+    assert {
+        "manifest.json",
+        "run.py",
+        "model.simplified.onnx",
+        "segment0.so",
+        "segment0.params.npz",
+    } <= names
+    assert manifest["model_sha256"] and manifest["inputs"] == [
+        {"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}
+    ]
+    assert any(r.startswith("apache-tvm==") for r in manifest["requirements"])
+    assert not any(r.startswith("onnxruntime") for r in manifest["requirements"])
+    assert set(manifest["files"]) <= set(data["artifact_files"])
+
+
+def test_unsupported_op_runs_in_onnxruntime_and_is_reported(save, tmp_path):
+    result = compile_model(save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "o"), **FAST))
+    data = result.to_dict()
+    assert [(f["node"], f["op_type"]) for f in data["fallback_nodes"]] == [("mid", "Celu")]
+    assert "no converter for Celu" in data["fallback_nodes"][0]["reason"]
+    assert [s["backend"] for s in data["segments"]] == ["tvm", "onnxruntime", "tvm"]
+    assert data["tvm_nodes"] == 3
+    assert data["outputs_match"] is True
+
+
+def test_qkv_attention_gets_fewer_kernels_and_less_traffic_than_fuseops(save, tmp_path):
+    data = compile_model(save(attention()), CompileConfig(str(tmp_path / "o"), **FAST)).to_dict()
+    fusion = data["fusion"]
+    stages = {s["name"]: s for s in fusion["stages"]}
+    assert stages["horizontal"]["accepted"] and stages["horizontal"]["rewrites"] == 1
+    assert fusion["kernel_count"] < fusion["kernel_count_fuseops"]
+    assert fusion["traffic_bytes"] < fusion["traffic_bytes_fuseops"]
+    assert data["kernel_count"] == fusion["kernel_count"]
+    merged = [k for k in data["kernels"] if {"q", "k", "v"} <= set(k["nodes"])]
+    assert len(merged) == 1 and merged[0]["op_types"][0] == "MatMul"
+    assert data["outputs_match"] is True
+    assert all(b["rule"] and b["reason"] for b in fusion["boundaries"])
+
+
+def test_a_rule_can_be_switched_off(save, tmp_path):
+    config = CompileConfig(str(tmp_path / "o"), rules=(), **FAST)
+    fusion = compile_model(save(attention()), config).to_dict()["fusion"]
+    assert [s["name"] for s in fusion["stages"]] == ["unfused", "fuseops"]
+    assert fusion["kernel_count"] == fusion["kernel_count_fuseops"]
+
+
+def test_unknown_target_is_a_bad_input(save, tmp_path):
+    with pytest.raises(EngineError) as error:
+        compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path), target="tpu"))
+    assert error.value.code == "bad_target"
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_prints_the_architecture_keys(save, tmp_path, capsys):
+    path = save(conv_relu_conv())
+    assert (
+        _cli(
+            [
+                "compile",
+                str(path),
+                "--target",
+                "host",
+                "--threads",
+                "1",
+                "--out",
+                str(tmp_path / "cli"),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    for key in (
+        "kernels",
+        "tvm_nodes",
+        "fallback_nodes",
+        "latency_ms",
+        "onnxruntime_latency_ms",
+        "artifact",
+        "outputs_match",
+    ):
+        assert key in data
+    assert data["outputs_match"] is True
+
+
+def test_cli_reports_a_missing_model_as_bad_input(tmp_path, capsys):
+    assert _cli(["compile", str(tmp_path / "nope.onnx"), "--out", str(tmp_path), "--json"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

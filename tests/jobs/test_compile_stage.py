@@ -1,0 +1,79 @@
+"""The fuse + compile stage through the pipeline, and the TVM build as accuracy candidate."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs import pipeline
+from jobs.tasks import run_stage
+from tests.conftest import SQUEEZENET
+from workbench.models import Target
+from workbench.uploads import store_model_file
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_heartbeat(settings):
+    # The heartbeat thread has its own connection, which cannot see this test's
+    # uncommitted rows and would take the stage for cancelled; tests/integration covers it.
+    settings.RUN_HEARTBEAT_SECONDS = 3600
+
+
+@pytest.fixture
+def enqueued(monkeypatch):
+    sent = []
+    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
+    return sent
+
+
+def run_all(user, stages, options, enqueued, capture):
+    model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
+    with capture(execute=True):
+        run = pipeline.create_run(
+            owner=user,
+            model=model,
+            target=Target.objects.get(name="host"),
+            stages=stages,
+            options=options,
+        )
+    for i in range(len(run.config["stages"])):
+        with capture(execute=True):
+            outcome = run_stage.apply(args=[enqueued[i].pk]).get()
+        assert outcome == "succeeded", run.stages.get(pk=enqueued[i].pk).error_message
+    run.refresh_from_db()
+    return run
+
+
+def test_compile_stage_builds_explains_and_ships(
+    user, enqueued, django_capture_on_commit_callbacks, client
+):
+    run = run_all(
+        user, ["compile"], {"compile": {"threads": 1}}, enqueued, django_capture_on_commit_callbacks
+    )
+    result = run.stages.get(stage="compile").result
+    assert result["outputs_match"] is True
+    assert result["kernel_count"] > 0 and result["tvm_nodes"] > 0
+    assert result["latency_ms"] > 0 and result["onnxruntime_latency_ms"] > 0
+    assert result["fusion"]["kernel_count"] <= result["fusion"]["kernel_count_fuseops"]
+    artifact = run.artifacts.get(stage="compile")
+    assert artifact.name.endswith(".tar.gz") and artifact.size_bytes > 0
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="compile-kernels"' in page and "fig-kernel-times-data" in page
+    assert '"initial_metric": "kernel"' in page
+
+
+def test_tvm_build_is_an_accuracy_candidate(user, enqueued, django_capture_on_commit_callbacks):
+    run = run_all(
+        user,
+        ["accuracy"],
+        {"accuracy": {"candidate": "tvm"}},
+        enqueued,
+        django_capture_on_commit_callbacks,
+    )
+    report = run.stages.get(stage="accuracy").result
+    assert report["candidate"]["kind"] == "tvm"
+    assert report["verdict"] == "pass", report["reason"]
