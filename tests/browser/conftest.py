@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+# Pages wait on a web server and a worker sharing two cores with the rest of the suite;
+# Playwright's 5 s default is too short for a loaded machine, not for a working page.
+expect.set_options(timeout=20_000)
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
