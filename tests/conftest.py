@@ -174,8 +174,8 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def web(live_settings, start_worker, tmp_path):
-    start_worker()
+def web_server(live_settings, transactional_db, tmp_path):
+    """daphne serving the test database on a free port; no worker."""
     port = free_port()
     server = ServiceProcess(
         "web",
@@ -205,3 +205,10 @@ def web(live_settings, start_worker, tmp_path):
     wait_until(answers, timeout_s=60, what="the web server")
     yield url
     server.stop()
+
+
+@pytest.fixture
+def web(start_worker, web_server):
+    """The web server and a real worker: runs started in the browser complete."""
+    start_worker()
+    return web_server

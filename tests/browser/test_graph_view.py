@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import sys
-import urllib.request
 
 import numpy as np
 import onnx
@@ -17,7 +15,7 @@ from playwright.sync_api import expect
 
 from engine.graph import analyze_model
 from frontend.figures.graph import graph_payload, visible_items
-from tests.conftest import LIGHT_DIR, ServiceProcess, free_port, service_env, wait_until
+from tests.conftest import LIGHT_DIR, wait_until
 from workbench.models import OnnxModel
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -110,40 +108,6 @@ def generated(user) -> OnnxModel:
 
 
 @pytest.fixture
-def web_only(live_settings, transactional_db, tmp_path):
-    """The web server without a worker: the models arrive analyzed."""
-    port = free_port()
-    server = ServiceProcess(
-        "web",
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "workbench.asgi:application",
-        ],
-        service_env(live_settings),
-        tmp_path,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            urllib.request.urlopen(url + "/accounts/login/", timeout=2)
-            return True
-        except OSError:
-            assert server.proc.poll() is None, server.log()
-            return False
-
-    wait_until(answers, timeout_s=60, what="the web server")
-    yield url
-    server.stop()
-
-
-@pytest.fixture
 def page_errors(page) -> list:
     errors: list = []
     page.on("pageerror", lambda error: errors.append(error))
@@ -182,7 +146,7 @@ def click_node(page, name: str) -> None:
 
 
 def test_densenet_graph_details_neighbours_groups_search_and_metric(
-    densenet, web_only, page, page_errors
+    densenet, web_server, page, page_errors
 ):
     analysis = densenet.analysis
     payload = graph_payload(analysis)
@@ -195,7 +159,7 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
     )[1]
     group = min((layer[heads[g]], g) for kind, g in shown if kind == "group")[1]
 
-    timing = open_graph(page, web_only, densenet)
+    timing = open_graph(page, web_server, densenet)
     print(f"\ndensenet121 {analysis['nodes']} nodes: {timing}")
     assert timing["render_ms"] < RENDER_BUDGET_MS, timing
     assert timing["visible"] == len(shown) < len(names)  # it opens collapsed
@@ -246,11 +210,11 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
 
 
 def test_a_generated_model_of_2000_nodes_renders_collapsed_within_budget(
-    generated, web_only, page, page_errors
+    generated, web_server, page, page_errors
 ):
     analysis = generated.analysis
     assert analysis["nodes"] > 2000
-    timing = open_graph(page, web_only, generated)
+    timing = open_graph(page, web_server, generated)
     print(f"\ngenerated {analysis['nodes']} nodes: {timing}")
     assert timing["render_ms"] < RENDER_BUDGET_MS, timing
     assert timing["visible"] < analysis["nodes"] // 3
