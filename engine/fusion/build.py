@@ -20,6 +20,7 @@ class FusedSegment:
     fused: object
     calls: list[KernelCall]  # kernels (views excluded)
     views: list[KernelCall] = field(default_factory=list)  # reshapes the VM runs as views
+    segment: object = None  # the delegate.Segment it compiles
 
 
 @dataclass

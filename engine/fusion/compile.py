@@ -145,29 +145,29 @@ def compile_model(
     )
     clock.lap("fusion_plan")
 
-    segments = delegate.partition(model, set(fallback))
     node_order = [n.name for n in model.graph.node]
     op_types = {n.name: n.op_type for n in original.graph.node}
     op_types.update({n.name: n.op_type for n in model.graph.node})
-    fused: dict[int, FusedSegment] = {}
-    for seg in segments:
-        if seg.backend == delegate.TVM:
-            imported = import_onnx(seg.model, {}, _dtypes(seg.model))
-            fused[seg.index] = fuse_segment(imported, spec.tvm_target(), node_order)
-    report(0.3, "fusion planned")
-
-    tuning, tuned = _tune(fused, spec, config, report)
-    clock.lap("tuning")
-
     out = Path(config.out_dir)
     staging = out / "artifact"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    built = {}
-    for k, (index, seg) in enumerate(fused.items()):
-        report(0.7 + 0.1 * k / max(len(fused), 1), f"building segment {index}")
-        built[index] = build_segment(seg, spec, staging, f"segment{index}", tuned)
+    tuning, tuned = None, None
+    for _ in range(_MAX_FALLBACK_ROUNDS):
+        segments = delegate.partition(model, set(fallback))
+        try:
+            fused = _fuse_all(segments, spec, node_order)
+            report(0.3, "fusion planned")
+            if tuning is None:
+                tuning, tuned = _tune(fused, spec, config, report)
+                clock.lap("tuning")
+            built = _build_all(fused, spec, staging, tuned, report)
+            break
+        except _SegmentFailed as failed:
+            # TVM imported the segment but could not compile it: onnxruntime runs it.
+            for name in failed.segment.nodes:
+                fallback[name] = f"TVM could not compile its segment: {failed.reason}"
+            report(0.3, f"segment {failed.segment.index} falls back to onnxruntime")
+    else:
+        raise UnsupportedModelError("TVM failed to compile segment after segment")
     clock.lap("build")
 
     kernels, boundaries = [], []
@@ -209,6 +209,48 @@ def compile_model(
         timings_s=clock.laps,
         threads=spec.threads,
     )
+
+
+class _SegmentFailed(Exception):
+    def __init__(self, segment: delegate.Segment, reason: str):
+        super().__init__(reason)
+        self.segment, self.reason = segment, reason
+
+
+def _fuse_all(segments, spec: TargetSpec, node_order) -> dict[int, FusedSegment]:
+    fused = {}
+    for seg in segments:
+        if seg.backend == delegate.TVM:
+            imported = import_onnx(seg.model, {}, _dtypes(seg.model))
+            try:
+                fused[seg.index] = fuse_segment(imported, spec.tvm_target(), node_order)
+            except EngineError:
+                raise
+            except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+                raise _SegmentFailed(seg, _reason(e)) from e
+            fused[seg.index].segment = seg
+    return fused
+
+
+def _build_all(fused, spec: TargetSpec, staging: Path, tuned, report) -> dict:
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    built = {}
+    for k, (index, seg) in enumerate(fused.items()):
+        report(0.7 + 0.1 * k / max(len(fused), 1), f"building segment {index}")
+        try:
+            built[index] = build_segment(seg, spec, staging, f"segment{index}", tuned)
+        except EngineError:
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+            raise _SegmentFailed(seg.segment, _reason(e)) from e
+    return built
+
+
+def _reason(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
 def _source_sha256(source, model: onnx.ModelProto) -> str:

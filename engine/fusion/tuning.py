@@ -31,7 +31,8 @@ from engine.fusion.tuning_store import RecordStore, target_key
 _TIME_SHARE_TUNED = 0.95
 _MIN_GAIN = 0.95  # a tuned kernel must be at least 5% faster than the default schedule
 _TRIALS_PER_ITER = 8
-_TRIALS_PER_MINUTE = 60  # a trial cap when only minutes are given
+_TRIALS_PER_MINUTE = 20  # measured here: a trial (LLVM build + run) takes ~3 s
+_TRIALS_PER_TASK = 32  # at least 4 search rounds per tuned task, or it rarely beats ours
 # MetaSchedule's defaults (population 512, 4 genetic rounds) cost ~15 s of search per
 # trial on one shared core; a small population leaves the budget for measuring.
 _SEARCH = {"population_size": 64, "init_min_unmeasured": 16, "genetic_num_iters": 2}
@@ -92,7 +93,8 @@ def tune_segments(segments, spec, store: RecordStore, budget: TuningBudget, prog
     progress(0.0, "timing kernels with default schedules")
     for seg, mod in modules:
         _time_defaults(seg, mod, spec, workloads)
-    todo = _select(workloads)
+    affordable = budget.trials or int(budget.minutes * _TRIALS_PER_MINUTE)
+    todo = _select(workloads, max(1, affordable // _TRIALS_PER_TASK))
     started = time.perf_counter()
     trials = _run(todo, workloads, spec, target, budget, progress)
     summary.update(
@@ -198,14 +200,15 @@ def _random(param, rng) -> np.ndarray:
     return rng.integers(0, 2, shape).astype(dtype)
 
 
-def _select(workloads) -> list[_Workload]:
-    """Untuned kernels that make up 95% of the default-schedule time, heaviest first."""
+def _select(workloads, max_tasks: int) -> list[_Workload]:
+    """The heaviest untuned kernels, up to 95% of the default-schedule time and as many
+    as the budget can give enough trials each (MetaSchedule first samples every task)."""
     pending = [w for w in workloads.values() if w.chosen is None and w.default_us and w.calls]
     pending.sort(key=lambda w: -(w.default_us * w.calls))
     total = sum(w.default_us * w.calls for w in pending)
     chosen, acc = [], 0.0
     for w in pending:
-        if chosen and acc >= _TIME_SHARE_TUNED * total:
+        if chosen and (acc >= _TIME_SHARE_TUNED * total or len(chosen) >= max_tasks):
             break
         chosen.append(w)
         acc += w.default_us * w.calls
@@ -217,9 +220,8 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
 
     if not todo:
         return 0
-    trials = budget.trials or max(
-        _TRIALS_PER_ITER * len(todo), int(budget.minutes * _TRIALS_PER_MINUTE)
-    )
+    # With only minutes, the deadline ends tuning; the trial cap is one per second.
+    trials = budget.trials or max(_TRIALS_PER_ITER * len(todo), int(budget.minutes * 60))
     deadline = time.perf_counter() + budget.minutes * 60 if budget.minutes else math.inf
     total_us = sum(w.default_us * w.calls for w in todo)
     contexts = [
@@ -247,7 +249,7 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
                 max_trials_global=trials,
                 max_trials_per_task=trials,
                 num_trials_per_iter=_TRIALS_PER_ITER,
-                builder=ms.builder.LocalBuilder(max_workers=1),
+                builder=ms.builder.LocalBuilder(max_workers=min(2, spec.threads)),
                 runner=runner,
                 database=database,
                 measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
