@@ -4,11 +4,14 @@ Per model: the arena of every planner, the lower bound (peak of live bytes), eac
 planner's ratio to it and its planning time, the gain of the order search, and the
 local-buffer fit of a GraphTurbo-shaped unit (64 KiB LB, 8 MiB GB). The peers in the same
 run are TFLite's planners (naive, greedy, min-cost flow, greedy by size / breadth); the
-TVM build's total of static allocations is the other peer named by issue 6: it is
-``tvm_static_bytes``, ``null`` until the TVM compile stage exists (see
-``tvm_static_bytes`` below for the hook). Prints one JSON object ``{model: {...}}``.
+TVM build's total of static allocations (relax StaticPlanBlockMemory on the same
+simplified model the compile stage builds) is the other peer named by issue 6, next to our
+best plan of exactly the tensors TVM allocates (``tvm``). Models: the onnx package's light
+models and every ``engine.zoo`` model. Prints one JSON object ``{model: {...}}`` ending
+with a ``summary``.
 
     python bench/memory_bench.py [--tensors 20000] [--in-place] [--time-limit 1.0]
+        [--skip-light] [--skip-zoo] [--skip-tvm]
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.fusion.memory import tvm_comparison  # noqa: E402
 from engine.graph import analyze_model  # noqa: E402
 from engine.memory import PLANNERS, LevelConfig, MemoryConfig, plan_memory  # noqa: E402
+from engine.zoo import ZOO, build  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SIDE = 8
@@ -67,14 +72,16 @@ def branching_graph(n_tensors: int, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
-def tvm_static_bytes(model: Path | onnx.ModelProto) -> int | None:
-    """Hook for issue 6's TVM comparison: the total of static allocations of the TVM build
-    of the same model (relax's StaticPlanBlockMemory). Returns ``None`` until the compile
-    stage (engine/fusion) can build the model; fill it from there, not from here."""
-    return None
+def tvm_figures(source) -> dict:
+    """TVM's static allocation total of the build of ``source`` and our best plan of the
+    same kernel tensors (engine.fusion.memory); a failure is reported, not raised."""
+    try:
+        return tvm_comparison(source)
+    except Exception as e:  # noqa: BLE001 - a failure is a row of the table, not the end
+        return {"failed": f"{type(e).__name__}: {str(e)[:300]}"}
 
 
-def measure(source, config: MemoryConfig) -> dict:
+def measure(source, config: MemoryConfig, with_tvm: bool = True) -> dict:
     started = time.perf_counter()
     graph = analyze_model(source).graph
     analysis_s = time.perf_counter() - started
@@ -102,10 +109,28 @@ def measure(source, config: MemoryConfig) -> dict:
         }
         if result["levels"]
         else None,
-        "tvm_static_bytes": tvm_static_bytes(source),
+        "tvm": tvm_figures(source) if with_tvm else None,
         "analysis_s": round(analysis_s, 3),
         "planning_s": result["planning_s"],
     }
+
+
+def summary(results: dict) -> dict:
+    """Per model: best ratio to the lower bound, TVM's total vs ours (same tensors)."""
+    rows = {}
+    for name, r in results.items():
+        tvm = r.get("tvm") or {}
+        rows[name] = {
+            "best": r["best"],
+            "best_ratio": r["ratios"][r["best"]],
+            "greedy_by_size_ratio": r["ratios"].get("greedy-by-size"),
+            "tvm_static_bytes": tvm.get("tvm_static_bytes"),
+            "ours_same_tensors_bytes": tvm.get("ours_bytes"),
+            "ours_vs_tvm": tvm.get("ratio"),
+            "ours_onnx_level_bytes": r["planners"][r["best"]],
+            "tvm_failed": tvm.get("failed"),
+        }
+    return rows
 
 
 def main() -> None:
@@ -114,6 +139,8 @@ def main() -> None:
     parser.add_argument("--in-place", action="store_true")
     parser.add_argument("--time-limit", type=float, default=1.0)
     parser.add_argument("--skip-light", action="store_true")
+    parser.add_argument("--skip-zoo", action="store_true")
+    parser.add_argument("--skip-tvm", action="store_true")
     args = parser.parse_args()
     config = MemoryConfig(
         in_place=args.in_place,
@@ -123,8 +150,12 @@ def main() -> None:
     results = {}
     if not args.skip_light:
         for path in sorted(LIGHT_DIR.glob("light_*.onnx")):
-            results[path.stem] = measure(path, config)
-    results[f"branching_{args.tensors}"] = measure(branching_graph(args.tensors), config)
+            results[path.stem] = measure(path, config, not args.skip_tvm)
+    if not args.skip_zoo:
+        for name in ZOO:
+            results[name] = measure(build(name), config, not args.skip_tvm)
+    results[f"branching_{args.tensors}"] = measure(branching_graph(args.tensors), config, False)
+    results["summary"] = summary(results)
     print(json.dumps(results, indent=1))
 
 

@@ -17,7 +17,7 @@ from frontend.figures.accuracy import (
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
 from frontend.figures.kernels import fusion_stages, kernel_table, kernel_times
-from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar
+from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar, tvm_bar
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 from frontend.figures.profile import profile_figures, sweep_chart
 
@@ -40,6 +40,9 @@ def _memory_figures(report: dict) -> dict[str, dict]:
         "timeline": memory_timeline(report),
         "live": live_bytes_curve(report),
         "planners": planners_bar(report),
+        **(
+            {"tvm": tvm_bar(report["tvm"])} if report.get("tvm", {}).get("tvm_static_bytes") else {}
+        ),
     }
 
 

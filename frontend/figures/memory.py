@@ -12,7 +12,7 @@ _LAYOUT = {
     "template": "plotly_white",
 }
 _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b")
-_BEST, _OTHER, _BOUND = "#54a24b", "#4c78a8", "#e45756"
+_BEST, _OTHER, _BOUND, _TVM = "#54a24b", "#4c78a8", "#e45756", "#f58518"
 
 
 def memory_timeline(report: dict, planner: str | None = None) -> dict:
@@ -203,6 +203,42 @@ def planners_bar(report: dict) -> dict:
             "yaxis": {"title": {"text": "bytes"}, "rangemode": "tozero"},
             "shapes": [_hline(lower, _BOUND, "dot")],
             "annotations": annotations,
+        },
+    }
+
+
+def tvm_bar(tvm: dict) -> dict:
+    """TVM's static allocation total next to our planners on the same kernel tensors."""
+    planners = tvm.get("planners", {})
+    names = ["TVM StaticPlanBlockMemory", *planners]
+    sizes = [tvm["tvm_static_bytes"], *planners.values()]
+    if tvm.get("ours_reordered_bytes", 0) < tvm.get("ours_bytes", 0):
+        names.append(f"{tvm['ours_planner']} + order search")
+        sizes.append(tvm["ours_reordered_bytes"])
+    lower = tvm.get("lower_bound_bytes", 0)
+    tvm_bytes = tvm["tvm_static_bytes"] or 1
+    colors = [_TVM] + [_BEST if n == tvm.get("ours_planner") else _OTHER for n in names[1:]]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": names,
+                "y": sizes,
+                "text": [f"{size / tvm_bytes:.2f}x TVM" for size in sizes],
+                "textposition": "outside",
+                "customdata": [format_bytes(size) for size in sizes],
+                "marker": {"color": colors},
+                "hovertemplate": "%{x}: %{customdata} (%{text})<extra></extra>",
+            }
+        ],
+        "layout": {
+            **_LAYOUT,
+            "height": 380,
+            "title": {"text": "TVM build vs our planners, same kernel tensors (planned)"},
+            "xaxis": {"title": {"text": "planner"}},
+            "yaxis": {"title": {"text": "bytes"}, "rangemode": "tozero"},
+            "shapes": [_hline(lower, _BOUND, "dot")],
+            "annotations": [_label(lower, f"lower bound {format_bytes(lower)}", _BOUND)],
         },
     }
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import onnx
 
-from engine.errors import ProgressFn
+from engine.errors import Cancelled, ProgressFn
 from engine.memory import LevelConfig, MemoryConfig, plan_memory
 from engine.partition.export import split_model
 from jobs.artifacts import save_artifact
@@ -35,7 +35,7 @@ def _per_unit(stage: StageResult, config: MemoryConfig, units: dict, progress) -
     )
     per_unit = {}
     for k, sub in enumerate(subs.submodels):
-        progress(0.6 + 0.35 * k / len(subs.submodels), f"planning the {sub.unit} sub-model")
+        progress(0.5 + 0.2 * k / len(subs.submodels), f"planning the {sub.unit} sub-model")
         unit_config = MemoryConfig(
             in_place=config.in_place,
             plan_params=config.plan_params,
@@ -65,7 +65,7 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
         order_search=bool(options.get("order_search", True)),
         levels=next((lv for lv in map(_levels, units.values()) if lv), None),
     )
-    report = plan_memory(run.model.file.path, config, progress=lambda f, m: progress(0.6 * f, m))
+    report = plan_memory(run.model.file.path, config, progress=lambda f, m: progress(0.5 * f, m))
     full = report.to_dict(plans=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "memory_plan.json"
@@ -76,4 +76,25 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
     if full.get("best"):
         result["plans"] = {full["best"]: full["plans"][full["best"]]}
     result["per_unit"] = _per_unit(stage, config, units, progress)
+    if options.get("compare_tvm", True):
+        result["tvm"] = _tvm(run, progress)
     return result
+
+
+def _tvm(run, progress: ProgressFn) -> dict:
+    """TVM's static allocation total of the same model, next to ours on its tensors; a
+    model TVM cannot take is a note in the result, not a failed stage."""
+    from engine.fusion.memory import tvm_comparison
+
+    shapes = {
+        k: tuple(v)
+        for k, v in run.config.get("options", {}).get("analyze", {}).get("input_shapes", {}).items()
+    }
+    try:
+        return tvm_comparison(
+            run.model.file.path, shapes, progress=lambda f, m: progress(0.7 + 0.3 * f, m)
+        )
+    except Cancelled:
+        raise
+    except Exception as e:  # noqa: BLE001 - TVM raises its own errors; the plan above stands
+        return {"failed": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}

@@ -7,7 +7,13 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from frontend.figures.memory import format_bytes, live_bytes_curve, memory_timeline, planners_bar
+from frontend.figures.memory import (
+    format_bytes,
+    live_bytes_curve,
+    memory_timeline,
+    planners_bar,
+    tvm_bar,
+)
 
 # The tflite_gpu toy example as MemoryReport.to_dict() gives it (greedy by size's plan).
 TOY = [("t0", 32, 0, 1, 0), ("t1", 8, 1, 3, 32), ("t2", 4, 2, 4, 72), ("t3", 8, 3, 4, 64)]
@@ -135,3 +141,21 @@ def test_figures_read_what_the_engine_writes():
     assert timeline["data"][0]["customdata"][0][2:4] == ["a", "y"]
     assert renders(live_bytes_curve(report))["data"][0]["y"] == [1024, 2048, 2048]
     assert renders(planners_bar(report))["data"][0]["y"][0] == 2048
+
+
+def test_tvm_bar_puts_tvms_total_first_and_marks_our_best():
+    tvm = {
+        "tvm_static_bytes": 6_353_088,
+        "planners": {"naive": 17_488_096, "greedy-by-size": 3_928_576},
+        "ours_planner": "greedy-by-size",
+        "ours_bytes": 3_928_576,
+        "ours_reordered_bytes": 3_900_000,
+        "lower_bound_bytes": 3_928_576,
+    }
+    figure = tvm_bar(tvm)
+    go.Figure(figure)  # Plotly accepts it
+    bar = figure["data"][0]
+    assert bar["x"][0] == "TVM StaticPlanBlockMemory" and bar["y"][0] == 6_353_088
+    assert bar["x"][-1] == "greedy-by-size + order search"
+    assert bar["text"][2] == "0.62x TVM"
+    assert "planned" in figure["layout"]["title"]["text"]

@@ -154,11 +154,14 @@ def test_memory_stage_stores_a_validated_plan_and_shows_it(
     best = result["best"]
     assert result["planners"][best] == result["lower_bound_bytes"]  # SqueezeNet: optimal
     assert list(result["plans"]) == [best]
+    tvm = result["tvm"]  # TVM's static allocations of the same model, next to ours
+    assert tvm["tvm_static_bytes"] > tvm["ours_bytes"] >= tvm["lower_bound_bytes"] > 0
     artifact = run.artifacts.get(stage="memory")
     assert artifact.name == "memory_plan.json" and len(artifact.sha256) == 64
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="memory-lower-bound"' in page and "fig-memory-timeline-data" in page
+    assert 'id="memory-tvm-bytes"' in page and "fig-memory-tvm-data" in page
 
 
 def test_analyze_can_simplify_first_and_keeps_the_simplified_model(
