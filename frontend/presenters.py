@@ -16,7 +16,12 @@ from frontend.figures.accuracy import (
 )
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
-from frontend.figures.kernels import fusion_stages, kernel_table, kernel_times
+from frontend.figures.kernels import (
+    fusion_stages,
+    kernel_table,
+    kernel_times,
+    kernels_vs_onnxruntime,
+)
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar, tvm_bar
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 from frontend.figures.profile import profile_figures, sweep_chart
@@ -103,6 +108,8 @@ def _profile_figures(result: dict) -> dict[str, dict]:
     figures = profile_figures(result, result.get("roofs"))
     for sweep in result.get("sweeps", []):
         figures[f"sweep_{sweep['kind']}"] = sweep_chart(sweep)
+    if result.get("tvm_kernels", {}).get("kernels"):
+        figures["tvm_kernels"] = kernels_vs_onnxruntime(result["tvm_kernels"])
     return figures
 
 
@@ -117,7 +124,7 @@ def _profile_context(result: dict, results: dict) -> dict:
             rows.append(
                 {**op, "latency_us": op["latency_us"].get(unit), "status": op["status"].get(unit)}
             )
-    context = {"op_rows": rows}
+    context = {"op_rows": rows, "tvm_kernel_rows": _tvm_kernel_rows(result)}
     analysis = results.get("analyze")
     if analysis:
         label = (
@@ -128,6 +135,15 @@ def _profile_context(result: dict, results: dict) -> dict:
         latency = Metric(label, values={r["name"]: r["latency_us"] for r in rows}, unit="µs")
         context["graph"] = graph_payload(analysis, {"latency_us": latency}, initial="latency_us")
     return context
+
+
+def _tvm_kernel_rows(result: dict) -> list[dict]:
+    rows = []
+    for k in result.get("tvm_kernels", {}).get("kernels", []):
+        tvm, ort = k.get("median_us"), k.get("onnxruntime_us")
+        speed = ort / tvm if tvm and ort else None
+        rows.append({**k, "ops": " + ".join(k["op_types"]), "speed": speed})
+    return rows
 
 
 def _compile_context(result: dict, results: dict) -> dict:

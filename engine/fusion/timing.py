@@ -49,6 +49,16 @@ def time_calls(run: Callable[[], object], config: TimingConfig) -> dict[str, flo
 
 def kernel_times_us(vm, run: Callable[[], object], kernels: set[str], runs: int = 3) -> dict:
     """Median time of each kernel call in microseconds: ``{(symbol, occurrence): us}``."""
+    samples = kernel_samples_us(vm, run, kernels, TimingConfig(min_runs=runs, max_runs=runs))
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def kernel_samples_us(
+    vm, run: Callable[[], object], kernels: set[str], config: TimingConfig
+) -> dict[tuple[str, int], list[float]]:
+    """Every timed call of each kernel in microseconds, ``{(symbol, occurrence): [us]}``:
+    one warm-up run, then runs until ``config.min_runs`` are done and ``config.window_s``
+    has passed (at most ``config.max_runs``), as for whole-model timing."""
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     samples: dict[tuple[str, int], list[float]] = defaultdict(list)
@@ -67,13 +77,17 @@ def kernel_times_us(vm, run: Callable[[], object], kernels: set[str], runs: int 
 
     run()  # warm-up without the instrument
     vm.set_instrument(instrument)
+    begun, runs = time.perf_counter(), 0
     try:
-        for _ in range(runs):
+        while runs < config.max_runs:
             seen.clear()
             run()
+            runs += 1
+            if runs >= config.min_runs and time.perf_counter() - begun >= config.window_s:
+                break
     finally:
         vm.set_instrument(None)
-    return {key: statistics.median(values) for key, values in samples.items()}
+    return dict(samples)
 
 
 def set_threads(threads: int) -> None:

@@ -52,6 +52,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=1x3x224x224",
         help="fix an input's shape (repeatable)",
     )
+    profile.add_argument(
+        "--tvm-kernels",
+        action="store_true",
+        help="also build the model with TVM and time every kernel (measured targets)",
+    )
     profile.add_argument("--json", action="store_true", help="print one JSON object")
     profile.set_defaults(func=_guarded(run_profile))
 
@@ -77,6 +82,13 @@ def _measured(args: argparse.Namespace, target: TargetProfile, shapes: dict) -> 
         target.unit(args.unit)  # raises: no such unit
     config = NodeProfileConfig(threads=args.threads, window_s=args.window, input_shapes=shapes)
     result = profile_nodes(args.model, config).to_dict()
+    kernels = None
+    if args.tvm_kernels:
+        from engine.profiling.tvm_kernels import KernelTimingConfig, profile_tvm_kernels
+
+        ops_us = {o["name"]: o["typical_us"] for o in result["ops"] if o["typical_us"] is not None}
+        timing = KernelTimingConfig(threads=args.threads, window_s=args.window, input_shapes=shapes)
+        kernels = profile_tvm_kernels(args.model, timing, ops_us).to_dict()
     return {
         "target": target.name,
         "measured": True,
@@ -87,6 +99,7 @@ def _measured(args: argparse.Namespace, target: TargetProfile, shapes: dict) -> 
         "ops": [_op(o, o["latency_us"], o["status"]) for o in result["ops"]],
         "environment": result["environment"],
         "findings": [f.text for f in find_all(profile=result)],
+        "tvm_kernels": kernels,
     }
 
 
@@ -130,6 +143,20 @@ def _summary(output: dict) -> str:
         f"  {o['name']:<32} {o['op_type']:<20} {o['latency_us']:>12.1f} us" for o in timed[:_TOP]
     ]
     lines += [f"finding      {text}" for text in output["findings"]]
+    kernels = output.get("tvm_kernels")
+    if kernels:
+        lines.append(
+            f"tvm          {kernels['latency_ms']:.3f} ms whole model (onnxruntime "
+            f"{kernels['onnxruntime_latency_ms']:.3f} ms), {len(kernels['kernels'])} kernels, "
+            f"median of {kernels['runs']} runs"
+        )
+        timed = sorted(
+            (k for k in kernels["kernels"] if k["median_us"]), key=lambda k: -k["median_us"]
+        )
+        lines += [
+            f"  {k['id']:<8} {' + '.join(k['op_types'])[:44]:<44} {k['median_us']:>12.1f} us"
+            for k in timed[:_TOP]
+        ]
     return "\n".join(lines)
 
 

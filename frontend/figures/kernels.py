@@ -119,3 +119,49 @@ def kernel_table(result: dict) -> list[dict]:
             }
         )
     return rows
+
+
+def kernels_vs_onnxruntime(profile: dict, top: int = 25) -> dict:
+    """The profile's slowest TVM kernels next to what onnxruntime spent on the same ONNX
+    nodes (both measured on the worker, medians over the profile's runs)."""
+    timed = [k for k in profile.get("kernels", []) if k.get("median_us") is not None]
+    timed.sort(key=lambda k: -k["median_us"])
+    shown = timed[:top]
+    ids = [k["id"] for k in shown]
+    hover = [[k["func"], ", ".join(k["nodes"][:6]), k.get("spread_pct") or 0.0] for k in shown]
+    traces = [
+        {
+            "type": "bar",
+            "name": "TVM kernel",
+            "x": ids,
+            "y": [k["median_us"] / 1e3 for k in shown],
+            "customdata": hover,
+            "marker": {"color": "#4c78a8"},
+            "hovertemplate": "%{x} %{customdata[0]}<br>TVM %{y:.3f} ms (spread "
+            "%{customdata[2]:.0f}%)<br>nodes: %{customdata[1]}<extra></extra>",
+        },
+        {
+            "type": "bar",
+            "name": "onnxruntime, same nodes",
+            "x": ids,
+            "y": [(k.get("onnxruntime_us") or 0.0) / 1e3 for k in shown],
+            "customdata": hover,
+            "marker": {"color": "#f58518"},
+            "hovertemplate": "%{x}: onnxruntime %{y:.3f} ms for nodes %{customdata[1]}"
+            "<extra></extra>",
+        },
+    ]
+    hidden = len(timed) - len(shown)
+    title = "TVM kernels vs onnxruntime on the same nodes, measured on the worker"
+    if hidden > 0:
+        title += f" (slowest {len(shown)} of {len(timed)})"
+    return {
+        "data": traces,
+        "layout": {
+            **_LAYOUT,
+            "title": {"text": title},
+            "barmode": "group",
+            "xaxis": {"title": {"text": "kernel"}, "categoryorder": "array", "categoryarray": ids},
+            "yaxis": {"title": {"text": "ms per inference (median)"}},
+        },
+    }

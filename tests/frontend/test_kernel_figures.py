@@ -82,3 +82,22 @@ def test_empty_result_gives_empty_figures():
     assert all(trace["x"] == [] for trace in kernel_times({})["data"])
     assert fusion_stages({})["data"][0]["x"] == []
     assert kernel_table({}) == []
+
+
+def test_kernels_vs_onnxruntime_groups_both_measurements():
+    from frontend.figures.kernels import kernels_vs_onnxruntime
+
+    profile = {
+        "kernels": [
+            {"id": "s0k0", "func": "f0", "nodes": ["a", "b"], "median_us": 500.0,
+             "onnxruntime_us": 700.0, "spread_pct": 3.0},
+            {"id": "s0k1", "func": "f1", "nodes": ["c"], "median_us": 900.0,
+             "onnxruntime_us": None, "spread_pct": 1.0},
+            {"id": "s0k2", "func": "f2", "nodes": ["d"], "median_us": None},
+        ]
+    }  # fmt: skip
+    figure = kernels_vs_onnxruntime(profile)
+    tvm, ort = figure["data"]
+    assert tvm["x"] == ["s0k1", "s0k0"] and tvm["y"] == [0.9, 0.5]
+    assert ort["y"] == [0.0, 0.7]
+    assert "measured" in figure["layout"]["title"]["text"]

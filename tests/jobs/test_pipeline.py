@@ -33,6 +33,14 @@ def model(user):
     return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
 
 
+@pytest.fixture(autouse=True)
+def _no_heartbeat(settings):
+    # The heartbeat thread has its own connection, which cannot see this test's
+    # uncommitted rows and would take a stage running longer than a beat for cancelled;
+    # tests/integration covers heartbeats with real workers.
+    settings.RUN_HEARTBEAT_SECONDS = 3600
+
+
 def make_run(user, model, stages, options=None, capture=None) -> Run:
     with capture(execute=True):
         return pipeline.create_run(
@@ -48,7 +56,11 @@ def test_stages_run_in_order_and_the_run_succeeds(
     user, model, enqueued, django_capture_on_commit_callbacks
 ):
     run = make_run(
-        user, model, ["profile"], {"profile": {"window_s": 0.2}}, django_capture_on_commit_callbacks
+        user,
+        model,
+        ["profile"],
+        {"profile": {"window_s": 0.2, "tvm_kernels": False}},
+        django_capture_on_commit_callbacks,
     )
     assert [s.stage for s in enqueued] == ["analyze"]
     with django_capture_on_commit_callbacks(execute=True):
@@ -265,6 +277,13 @@ def test_measured_profile_page_and_calibrated_target(
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Latency (measured)" in page and 'data-table="ops"' in page
+    kernels = run.stages.get(stage="profile").result["tvm_kernels"]
+    assert kernels["kernels"] and kernels["runs"] >= 10 and kernels["latency_ms"] > 0
+    timed = [k for k in kernels["kernels"] if k["median_us"]]
+    assert len(timed) == len(kernels["kernels"])  # every launch was timed
+    assert sum(k["share_pct"] for k in timed) == pytest.approx(100.0)
+    assert any(k["onnxruntime_us"] for k in timed)  # set against the same nodes
+    assert 'data-table="tvm-kernels"' in page and "fig-profile-tvm-kernels-data" in page
     assert 'id="profile-findings"' in page
     saved = client.post(f"/runs/{run.pk}/save-calibration/")
     assert saved.status_code == 302
