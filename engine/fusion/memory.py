@@ -10,7 +10,7 @@ allocated apart, as our planners do by default.
 :func:`tvm_memory` runs TVM's pipeline up to that pass on the same simplified model the
 compile stage builds (TVM's FuseOps, weights pre-transformed), reads the total back,
 and turns the kernel-level Relax function into an :class:`engine.graph.ir.Graph` (one
-node per kernel, views as ``Reshape`` nodes) so :func:`engine.memory.plan_memory` can plan
+node per kernel, views folded into their source) so :func:`engine.memory.plan_memory` can plan
 exactly the tensors TVM planned, in TVM's execution order. Nodes TVM cannot import run
 in onnxruntime in the build; their tensors are in neither figure (both sides say so).
 """
@@ -158,8 +158,9 @@ def _static_allocations(main) -> tuple[list[int], int, list[str]]:
 
 def kernel_graph(main) -> Graph:
     """The kernel-level graph of a lowered Relax ``main``: one node per ``call_tir``
-    (domain ``tvm``, never in place) and one ``Reshape`` node per view, tensors sized
-    from their struct info; parameters after ``num_input`` are weights."""
+    (domain ``tvm``, never in place); a view (reshape) is its source tensor under another
+    name, so its readers keep the source alive, as TVM's planner does. Tensors are sized
+    from their types; parameters after ``num_input`` are weights."""
     from tvm import relax
 
     num_input = int(main.attrs["num_input"]) if main.attrs and "num_input" in main.attrs else None
@@ -197,8 +198,9 @@ def kernel_graph(main) -> Graph:
             if op == "relax.call_tir":
                 kernel, args = value.args[0].name_hint, names_of(value.args[1])
                 op_type, domain = kernel, KERNEL_DOMAIN
-            elif op == "relax.reshape":
-                args, op_type, domain = names_of(value.args[0]), "Reshape", ""
+            elif op == "relax.reshape":  # a view: the same bytes as its source, as in TVM
+                alias[name] = names_of(value.args[0])
+                continue
             else:
                 args = [n for a in value.args for n in names_of(a)]
                 op_type, domain = op or "call", KERNEL_DOMAIN

@@ -69,3 +69,19 @@ def test_comparison_reports_both_figures():
     )
     assert compared["ours_reordered_bytes"] <= compared["ours_bytes"]
     assert compared["tvm_pass"] == "relax.transform.StaticPlanBlockMemory"
+
+
+def test_a_view_of_an_input_is_the_input_not_a_new_tensor():
+    import numpy as np
+    from onnx import numpy_helper
+
+    make = onnx_helper.make_node
+    shape = numpy_helper.from_array(np.array([4, 8], np.int64), "shape")
+    model = build(
+        [make("Reshape", ["x", "shape"], ["flat"]), make("MatMul", ["flat", "w"], ["y"])],
+        [("x", [1, 4, 8])],
+        [("y", [4, 3])],
+        [shape, weight("w", (8, 3))],
+    )
+    compared = tvm_comparison(model)
+    assert compared["tvm_static_bytes"] == compared["ours_bytes"] == 0
