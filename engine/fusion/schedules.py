@@ -18,6 +18,7 @@ that stays as it was: a schedule changes speed, never results.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass
@@ -156,6 +157,7 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
             outer.append(loop)
     sch.reorder(*outer, *reduce, *inner, vec_i)
     sch.reverse_compute_at(writeback, outer[-1])
+    _vectorize_innermost(sch, writeback, tile.vector)
     # Loop annotations first: after decompose_reduction the update block no longer
     # counts as a reduction, and TIR refuses to parallelize or vectorize around it.
     sch.vectorize(vec_i)
@@ -213,12 +215,12 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
                 continue
             last = texts[a][-1]
             contiguous = dims[0] == len(used[a]) - 1 and f"{names[k]} *" not in last
-            key = (width, contiguous, extents[k])
+            key = (width, contiguous, dims[0] == len(used[a]) - 1, extents[k])
             if best is None or key > best[0]:
                 best = (key, k, a, b, dims[0])
     if best is None:
         return None
-    (width, contiguous, extent), k, a, b, dim = best
+    (width, contiguous, _, extent), k, a, b, dim = best
     group = _group_size(names[k], texts[b]) or extent
     vector = 2 * width if math.gcd(extent, group) % (2 * width) == 0 else width
     rows_axes = [
@@ -226,8 +228,22 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
         for j in range(n_spatial)
         if names[j] in flat[b] and names[j] not in flat[a] and extents[j] > 1
     ]
-    row = rows_axes[-1] if rows_axes else None
+    # A grouped conv's output channel reads the input only as ``ff // C``: rows of ff
+    # within one group share the input vector, so ff can still be the register rows.
+    grouped_rows = [
+        j
+        for j in range(n_spatial)
+        if names[j] in flat[b]
+        and names[j] in flat[a]
+        and extents[j] > 1
+        and j != k
+        and _group_size(names[j], texts[a]) is not None
+    ]
+    row = rows_axes[-1] if rows_axes else (grouped_rows[-1] if grouped_rows else None)
     rows = _divisor(extents[row], _ROWS) if row is not None else 1
+    if row is not None and row in grouped_rows:
+        rows = _divisor(math.gcd(extents[row], _group_size(names[row], texts[a])), _ROWS)
+        rows = rows if rows > 1 else _ROWS[0]
     if row is not None and rows == 1 and extents[row] > _ROWS[0]:
         rows = _ROWS[0]  # no divisor (e.g. 13): an imperfect tile, its tail predicated
     if row is None and _reduce_extent(sch, anchor) < _MIN_GEMV_REDUCE:
@@ -338,6 +354,14 @@ def _inline_consumers_of(sch, anchor, keep: str) -> None:
                 break
             except Exception:  # noqa: BLE001 - a consumer of the anchor: fused later
                 continue
+
+
+def _vectorize_innermost(sch, block, lanes: int) -> None:
+    """Vectorize the innermost loop of ``block`` when it is exactly ``lanes`` long."""
+    loops = sch.get_loops(block)
+    if loops and _int(sch.get(loops[-1]).extent) == lanes:
+        with contextlib.suppress(Exception):  # e.g. an epilogue TIR cannot vectorize
+            sch.vectorize(loops[-1])
 
 
 def _fuse_epilogue(sch, writeback) -> None:

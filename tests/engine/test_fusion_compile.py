@@ -195,3 +195,23 @@ def test_cli_prints_the_architecture_keys(save, tmp_path, capsys):
 def test_cli_reports_a_missing_model_as_bad_input(tmp_path, capsys):
     assert _cli(["compile", str(tmp_path / "nope.onnx"), "--out", str(tmp_path), "--json"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize(("group_size", "side"), [(34, 28), (68, 14)])
+def test_grouped_pointwise_conv_gets_a_register_tile_and_stays_exact(
+    save, tmp_path, group_size, side
+):
+    """ShuffleNet's grouped 1x1 convs (4 groups of 34 channels): the output channel reads
+    the input only as ff // 34, so its rows share the input vector and get a tile."""
+    channels = 4 * group_size
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="gconv", group=4),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    inits = [_random("w", (channels, group_size, 1, 1), 1), _random("b", (channels,), 2)]
+    shape = [1, channels, side, side]
+    model = build(nodes, [("x", shape)], [("y", shape)], inits)
+    data = compile_model(save(model), CompileConfig(str(tmp_path / "out"), **FAST)).to_dict()
+    assert data["outputs_match"] is True
+    (kernel,) = data["kernels"]
+    assert kernel["schedule"] == "tiled"
