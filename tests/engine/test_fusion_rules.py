@@ -8,7 +8,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx_builders import build
 
-from engine.fusion.rules import horizontal, sum_to_add
+from engine.fusion.rules import horizontal, sink_reshape, sum_to_add
 
 
 def _random(name, shape, seed):
@@ -98,3 +98,65 @@ def test_sum_becomes_a_chain_of_adds(inputs):
     assert rewrites[0]["nodes"] == ["s"] and len(rewrites[0]["into"]) == inputs - 1
     feeds = {n: np.full((2, 3), i + 1, np.float32) for i, n in enumerate(names)}
     np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
+
+
+def ffn_model():
+    """BERT's FFN as the importer writes it: Reshape -> Gemm -> Reshape, then GELU from
+    scalar constants and a residual Add of a same-shaped tensor."""
+    make = helper.make_node
+    scalars = [
+        numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in (("sqrt2", 1.4142135), ("one", 1.0), ("half", 0.5))
+    ]
+    shapes = [
+        numpy_helper.from_array(np.array(s, np.int64), n)
+        for n, s in (("flat", [8, 16]), ("seq", [1, 8, 16]))
+    ]
+    nodes = [
+        make("Reshape", ["x", "flat"], ["x2"], name="pre"),
+        make("Gemm", ["x2", "w", "b"], ["g"], name="gemm"),
+        make("Reshape", ["g", "seq"], ["h"], name="post"),
+        make("Div", ["h", "sqrt2"], ["d"], name="div"),
+        make("Erf", ["d"], ["e"], name="erf"),
+        make("Add", ["e", "one"], ["a"], name="add1"),
+        make("Mul", ["h", "a"], ["m"], name="mul"),
+        make("Mul", ["m", "half"], ["gelu"], name="half_mul"),
+        make("Add", ["gelu", "x"], ["y"], name="residual"),
+    ]
+    inits = [_random("w", (16, 16), 1), _random("b", (16,), 2), *scalars, *shapes]
+    return build(nodes, [("x", [1, 8, 16])], [("y", [1, 8, 16])], inits)
+
+
+def test_sink_reshape_moves_the_gelu_and_residual_before_the_reshape():
+    model = ffn_model()
+    moved, rewrites = sink_reshape(model)
+    assert len(rewrites) == 1
+    assert set(rewrites[0]["nodes"]) == {
+        "post",
+        "div",
+        "erf",
+        "add1",
+        "mul",
+        "half_mul",
+        "residual",
+    }
+    order = [n.op_type for n in moved.graph.node]
+    # The elementwise chain now reads the Gemm's output directly; the Reshape comes after
+    # it, and the residual operand is reshaped (a view) to the Gemm's layout.
+    gemm = order.index("Gemm")
+    assert order[gemm + 1 : gemm + 6] == ["Div", "Erf", "Add", "Mul", "Mul"]
+    assert order[-1] == "Reshape" and order.count("Reshape") == 3  # pre, residual, y
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 16)).astype(np.float32)}
+    np.testing.assert_allclose(_run(moved, feeds)[0], _run(model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_sink_reshape_leaves_ops_with_other_shaped_operands_alone():
+    make = helper.make_node
+    shape = numpy_helper.from_array(np.array([4, 4], np.int64), "s")
+    model = build(
+        [make("Reshape", ["x", "s"], ["r"], name="r"), make("Add", ["r", "bias"], ["y"], name="a")],
+        [("x", [16])],
+        [("y", [4, 4])],
+        [shape, _random("bias", (4,), 3)],  # broadcasts over rows: layout-dependent
+    )
+    assert sink_reshape(model) == (model, [])
