@@ -44,7 +44,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     analyze.add_argument("--json", action="store_true", help="print one JSON object")
     analyze.add_argument("--nodes", action="store_true", help="include the per-node list")
-    analyze.set_defaults(func=_guarded(_run_analyze))
+    analyze.set_defaults(func=guarded(_run_analyze))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:
-        _print_error(str(e))
+        print_error(str(e))
         return EXIT_BAD_INPUT
     return args.func(args)
 
@@ -124,23 +124,24 @@ def _summary(a: ModelAnalysis, *, nodes: bool) -> str:
     return "\n".join(lines)
 
 
-def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn engine errors into exit 2 and anything unexpected into exit 1."""
+def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a subcommand: engine errors exit 2 with their message and hint, anything
+    unexpected exits 1; every engine command line uses it."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return handler(args)
         except EngineError as e:
-            _print_error(e.message, e.hint)
+            print_error(e.message, e.hint)
             return EXIT_BAD_INPUT
         except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-            _print_error(f"internal error: {type(e).__name__}: {e}")
+            print_error(f"internal error: {type(e).__name__}: {e}")
             return EXIT_INTERNAL
 
     return run
 
 
-def _print_error(message: str, hint: str | None = None) -> None:
+def print_error(message: str, hint: str | None = None) -> None:
     print(f"error: {' '.join(message.split())}", file=sys.stderr)
     if hint:
         print(hint, file=sys.stderr)
@@ -159,3 +160,6 @@ class _Parser(argparse.ArgumentParser):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_guarded = guarded  # the old name, until every command line imports ``guarded``

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from engine.cli import EXIT_OK, _guarded, parse_shape_arg
+from engine.cli import EXIT_OK, guarded, parse_shape_arg
 from engine.errors import EngineError
 from engine.fusion.compile import CompileConfig, compile_model
 from engine.fusion.rules import RULES
@@ -55,7 +55,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="fix an input's shape (repeatable)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=_guarded(_run_compile))
+    parser.set_defaults(func=guarded(_run_compile))
 
 
 def _run_compile(args: argparse.Namespace) -> int:

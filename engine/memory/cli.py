@@ -11,13 +11,13 @@ import argparse
 import json
 import sys
 
+from engine.cli import EXIT_INTERNAL, EXIT_OK, guarded
 from engine.errors import EngineError
 from engine.graph import AnalysisConfig, analyze_model
 from engine.memory.levels import LevelConfig
 from engine.memory.plan import MemoryConfig, MemoryReport, plan_memory
 from engine.memory.planners import PLANNERS
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 _DETAIL_KEYS = ("plans", "tensors", "live_bytes", "order")
 
 
@@ -63,7 +63,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     memplan.add_argument(
         "--plans", action="store_true", help="include per-tensor plans, lifetimes and order"
     )
-    memplan.set_defaults(func=_guarded(_run_memplan))
+    memplan.set_defaults(func=guarded(_run_memplan))
 
 
 def _run_memplan(args: argparse.Namespace) -> int:
@@ -125,21 +125,3 @@ def _summary(report: MemoryReport) -> str:
             f"{lv['offcore_bytes_after']} grouped"
         )
     return "\n".join(lines)
-
-
-def _guarded(handler):
-    """Engine errors exit 2 with their message; anything unexpected exits 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except EngineError as e:
-            print(f"error: {' '.join(e.message.split())}", file=sys.stderr)
-            if e.hint:
-                print(e.hint, file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-            print(f"error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-            return EXIT_INTERNAL
-
-    return run

@@ -13,6 +13,7 @@ import sys
 
 import onnx
 
+from engine.cli import EXIT_INTERNAL, EXIT_OK, guarded
 from engine.errors import EngineError
 from engine.graph import AnalysisConfig, analyze_model
 from engine.partition.api import compare_algorithms, partition_model
@@ -20,7 +21,6 @@ from engine.partition.registry import PartitionOptions, algorithm_names
 from engine.partition.targets import LinkAssumption, problem_for_target
 from engine.targets import get_target, load_presets
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 COMPARE = "compare"
 _SCHEDULE_KEYS = ("order", "timeline", "transfers")
 
@@ -71,7 +71,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--check", action="store_true", help="run the sub-models, compare outputs")
     cmd.add_argument("--schedule", action="store_true", help="include order, timeline, transfers")
     cmd.add_argument("--json", action="store_true", help="print one JSON object")
-    cmd.set_defaults(func=_guarded(_run_partition))
+    cmd.set_defaults(func=guarded(_run_partition))
 
 
 def _run_partition(args: argparse.Namespace) -> int:
@@ -184,21 +184,3 @@ def _comparison_summary(report: dict) -> str:
     lines.append(report["verdict"])
     lines += [f"note         {n}" for n in report["notes"]]
     return "\n".join(lines)
-
-
-def _guarded(handler):
-    """Engine errors exit 2 with their message; anything unexpected exits 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except EngineError as e:
-            print(f"error: {' '.join(e.message.split())}", file=sys.stderr)
-            if e.hint:
-                print(e.hint, file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-            print(f"error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-            return EXIT_INTERNAL
-
-    return run

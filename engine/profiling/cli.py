@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Callable
 
 from engine import cli as engine_cli
 from engine.errors import EngineError
@@ -58,7 +56,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="also build the model with TVM and time every kernel (measured targets)",
     )
     profile.add_argument("--json", action="store_true", help="print one JSON object")
-    profile.set_defaults(func=_guarded(run_profile))
+    profile.set_defaults(func=engine_cli.guarded(run_profile))
 
 
 def run_profile(args: argparse.Namespace) -> int:
@@ -168,25 +166,3 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
-
-
-def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Engine errors exit 2 with the reason, anything unexpected exits 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except EngineError as e:
-            _print_error(e.message, e.hint)
-            return engine_cli.EXIT_BAD_INPUT
-        except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-            _print_error(f"internal error: {type(e).__name__}: {e}")
-            return engine_cli.EXIT_INTERNAL
-
-    return run
-
-
-def _print_error(message: str, hint: str | None = None) -> None:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
-    if hint:
-        print(hint, file=sys.stderr)
