@@ -3,6 +3,8 @@ watch the run progress live, read the analysis; a bad file gets a readable error
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from playwright.sync_api import expect
 
@@ -52,3 +54,29 @@ def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
     page.click("#upload-form button[type=submit]")
     expect(page.get_by_role("alert")).to_contain_text("not an ONNX model")
     expect(page.locator("text=No models yet")).to_be_visible()
+
+
+def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
+    sign_in(page, web)
+    page.set_input_files("#id_file", str(SQUEEZENET))
+    page.click("#upload-form button[type=submit]")
+    expect(page.locator("#run-status")).to_have_text("succeeded", timeout=60_000)
+    page.click("#run h1 a")
+    page.check("input[value=profile]")
+    page.check("input[value=memory]")
+    page.fill("#id_profile_window_s", "1")
+    page.click("#run-form button[type=submit]")
+    expect(page.locator("#run-status")).to_have_text("succeeded", timeout=240_000)
+    # Profile: every TVM kernel timed on the worker, drawn next to onnxruntime's nodes.
+    expect(page.locator("#fig-profile-tvm-kernels .main-svg").first).to_be_visible()
+    rows = page.locator("#profile-tvm-kernels tbody tr")
+    expect(rows.first).to_be_visible()
+    assert rows.count() >= 20
+    assert "Measured on this machine" in page.locator("#profile").inner_text()
+    # Memory: TVM's static allocations next to our plan of the same tensors.
+    expect(page.locator("#memory-tvm-bytes")).to_contain_text("MB")
+    expect(page.locator("#fig-memory-tvm .main-svg").first).to_be_visible()
+    if os.environ.get("WORKBENCH_SCREENSHOTS"):
+        page.screenshot(
+            path=os.path.join(os.environ["WORKBENCH_SCREENSHOTS"], "run.png"), full_page=True
+        )

@@ -284,6 +284,7 @@ def test_measured_profile_page_and_calibrated_target(
     assert sum(k["share_pct"] for k in timed) == pytest.approx(100.0)
     assert any(k["onnxruntime_us"] for k in timed)  # set against the same nodes
     assert 'data-table="tvm-kernels"' in page and "fig-profile-tvm-kernels-data" in page
+    assert page.count('<tr><td title="') >= len(timed)  # one row per kernel
     assert 'id="profile-findings"' in page
     saved = client.post(f"/runs/{run.pk}/save-calibration/")
     assert saved.status_code == 302
