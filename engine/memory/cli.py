@@ -59,6 +59,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     memplan.add_argument("--time-limit", type=float, default=1.0, metavar="SECONDS")
     memplan.add_argument("--local-buffer", type=int, metavar="BYTES", help="fit a local buffer")
     memplan.add_argument("--global-buffer", type=int, metavar="BYTES")
+    memplan.add_argument(
+        "--tvm",
+        action="store_true",
+        help="also plan the model's TVM build: TVM's static allocation total next to ours",
+    )
     memplan.add_argument("--json", action="store_true", help="print one JSON object")
     memplan.add_argument(
         "--plans", action="store_true", help="include per-tensor plans, lifetimes and order"
@@ -91,15 +96,34 @@ def _run_memplan(args: argparse.Namespace) -> int:
             result.pop(key, None)
         if result["levels"]:
             result["levels"].pop("placement")
+    if args.tvm:
+        from engine.fusion.memory import tvm_comparison
+
+        result["tvm"] = tvm_comparison(args.model, shapes, time_limit_s=args.time_limit)
     if args.json:
         print(json.dumps(result))
     else:
         print(_summary(report))
+        if args.tvm:
+            print(_tvm_summary(result["tvm"]))
     if not report.valid:  # a planner bug: the validator caught it, the user must know
         bad = [f"{r.name}: {r.error}" for r in report.planners.values() if not r.valid]
         print(f"error: invalid plan from {'; '.join(bad)}", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_OK
+
+
+def _tvm_summary(tvm: dict) -> str:
+    ratio = "" if tvm["ratio"] is None else f", x{tvm['ratio']:.3f} of TVM's"
+    lines = [
+        f"tvm          {tvm['tvm_static_bytes'] / 1e6:.3f} MB in {tvm['tvm_storages']} storages "
+        f"({tvm['tvm_pass']}, TVM {tvm['tvm_version']}, {tvm['kernels']} kernels)",
+        f"ours         {tvm['ours_bytes'] / 1e6:.3f} MB on the same tensors "
+        f"({tvm['ours_planner']}{ratio}), lower bound {tvm['lower_bound_bytes'] / 1e6:.3f} MB",
+    ]
+    if tvm["fallback_nodes"]:
+        lines.append(f"note         {tvm['fallback_nodes']} nodes run in onnxruntime: in neither")
+    return "\n".join(lines)
 
 
 def _summary(report: MemoryReport) -> str:

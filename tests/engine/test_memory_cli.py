@@ -64,3 +64,14 @@ def test_unknown_planner_exits_2_with_the_known_names(capsys, save):
 def test_a_file_that_is_not_onnx_exits_2(capsys, save):
     code, _, err = run(capsys, "memplan", str(save(b"not a model")), "--json")
     assert code == 2 and err.startswith("error: ")
+
+
+def test_tvm_flag_sets_tvms_static_allocations_next_to_ours(capsys):
+    pytest.importorskip("tvm")
+    squeezenet = str(LIGHT_DIR / "light_squeezenet.onnx")
+    code, out, _ = run(capsys, "memplan", squeezenet, "--tvm", "--json")
+    assert code == 0
+    tvm = json.loads(out)["tvm"]
+    assert tvm["tvm_static_bytes"] > tvm["ours_bytes"] >= tvm["lower_bound_bytes"] > 0
+    code, out, _ = run(capsys, "memplan", squeezenet, "--tvm")
+    assert code == 0 and "StaticPlanBlockMemory" in out and "on the same tensors" in out
