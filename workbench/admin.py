@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from workbench.models import Artifact, OnnxModel, Run, StageResult, Target
+from workbench.models import Artifact, OnnxModel, Run, StageResult, Target, TuningRecord
 
 
 @admin.register(OnnxModel)
@@ -29,3 +29,20 @@ class RunAdmin(admin.ModelAdmin):
 
 
 admin.site.register(Artifact)
+
+
+@admin.register(TuningRecord)
+class TuningRecordAdmin(admin.ModelAdmin):
+    list_display = [
+        "kernel",
+        "target_key",
+        "tvm_version",
+        "default_us",
+        "tuned_us",
+        "budget_trials",
+        "hits",
+        "updated_at",
+    ]
+    list_filter = ["tvm_version"]
+    search_fields = ["kernel", "target_key", "workload_key"]
+    readonly_fields = ["created_at", "updated_at"]

@@ -203,3 +203,38 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TuningRecord(models.Model):
+    """A kernel's MetaSchedule tuning outcome on one target, shared by every worker.
+
+    ``entry`` is the engine's JSON (``engine.fusion.tuning_store``); the other columns
+    copy what a person looks for in it. ``target_key`` hashes the target description and
+    the TVM version, ``workload_key`` the kernel's TensorIR.
+    """
+
+    target_key = models.CharField(max_length=64)
+    workload_key = models.CharField(max_length=64)
+    entry = models.JSONField()
+    kernel = models.CharField(max_length=200, blank=True)
+    target = models.JSONField(default=dict)
+    tvm_version = models.CharField(max_length=64, blank=True)
+    default_us = models.FloatField(null=True, blank=True)
+    # The best tuned time, even where it did not beat the default schedule.
+    tuned_us = models.FloatField(null=True, blank=True)
+    budget_trials = models.PositiveIntegerField(default=0)
+    # How many compiles found this entry (and so applied it or skipped tuning it).
+    hits = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["target_key", "workload_key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["target_key", "workload_key"], name="one_record_per_workload"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kernel or self.workload_key} on {self.target_key}"

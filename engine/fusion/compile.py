@@ -10,6 +10,7 @@ same inputs with the same threads: outputs, whole-model latency and per-kernel t
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from engine.fusion.importer import (
 from engine.fusion.standalone import CompiledModel, example_inputs
 from engine.fusion.target import TargetSpec, resolve_target
 from engine.fusion.timing import TimingConfig, kernel_times_us, set_threads, time_calls
+from engine.fusion.tuning_store import RecordStore, open_store
 
 _MAX_FALLBACK_ROUNDS = 50
 _CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
@@ -43,7 +45,8 @@ class CompileConfig:
     ``out_dir`` receives the artifact (``model.tar.gz``) and its unpacked directory;
     ``rules`` names our fusion rules to try (see ``engine.fusion.rules.RULES``);
     ``tune_trials`` / ``tune_minutes`` set a MetaSchedule budget (0: no tuning);
-    ``tuning_store`` is a directory of tuning records shared between runs.
+    ``tuning_store`` holds the tuning records shared between runs: a directory, or any
+    object with the ``RecordStore`` methods (see ``engine.fusion.tuning_store``).
     """
 
     out_dir: str
@@ -53,7 +56,7 @@ class CompileConfig:
     rules: tuple[str, ...] = tuple(rules.RULES)
     tune_trials: int = 0
     tune_minutes: float = 0.0
-    tuning_store: str | None = None
+    tuning_store: str | os.PathLike | RecordStore | None = None
     timing_window_s: float = 2.0
     kernel_timing_runs: int = 3
     rtol: float = 1e-3
@@ -404,9 +407,9 @@ def _tune(fused, spec, config: CompileConfig, report):
     if config.tuning_store is None and not (config.tune_trials or config.tune_minutes):
         return {"enabled": False}, None
     from engine.fusion.tuning import TuningBudget, tune_segments
-    from engine.fusion.tuning_store import DirectoryStore
 
-    store = DirectoryStore(config.tuning_store or str(Path(config.out_dir) / "tuning"))
+    given = config.tuning_store
+    store = open_store(given if given is not None else Path(config.out_dir) / "tuning")
     budget = TuningBudget(trials=config.tune_trials, minutes=config.tune_minutes)
 
     def tuning_progress(fraction: float, message: str) -> None:

@@ -5,12 +5,15 @@ ResNet-50 left 24 of 49 tasks untouched and the model 50x slower than onnxruntim
 
 1. Every kernel first gets our default schedule (``schedules``) and is timed on the
    worker; those times are the baseline and the weights.
-2. Records for known workloads come from the store and are used without tuning.
+2. Records for known workloads come from the store and are used without tuning. A
+   workload settled under a budget at least as large as this run's (tuned, whether or
+   not that beat the default, or left out as too light) is not considered again: a
+   second compile of the same workloads with the same budget tunes nothing.
 3. The remaining kernels that make up 95% of the time are tuned, with task weights
-   equal to their share of the latency, within ``trials`` and/or ``minutes``.
+   equal to their share of the latency, within ``trials`` and/or ``minutes``; a stored
+   record seeds the search of a workload tuned again under a larger budget.
 4. A tuned schedule replaces the default only where it measured faster, and the
-   outcome (record, default and tuned time) goes back to the store, so a second compile
-   of the same workloads applies the records without tuning.
+   outcome (best record, default and tuned time, budget) goes back to the store.
 
 Progress reports trials, tasks done and the estimated model latency so far; raising
 :class:`engine.errors.Cancelled` from the progress callback stops tuning and propagates.
@@ -18,6 +21,7 @@ Progress reports trials, tasks done and the estimated model latency so far; rais
 
 from __future__ import annotations
 
+import inspect
 import math
 import tempfile
 import time
@@ -31,7 +35,10 @@ from engine.fusion.tuning_store import RecordStore, target_key
 _TIME_SHARE_TUNED = 0.95
 _MIN_GAIN = 0.95  # a tuned kernel must be at least 5% faster than the default schedule
 _TRIALS_PER_ITER = 8
-_TRIALS_PER_MINUTE = 20  # measured here: a trial (LLVM build + run) takes ~3 s
+# Measured here: a trial (LLVM build + run) of a SqueezeNet convolution takes ~2 s on two
+# busy cores (~3 s before the builders skipped the tensor intrinsics, see below).
+_TRIALS_PER_MINUTE = 30
+_BUILD_TIMEOUT_S = 60.0  # per candidate; twice MetaSchedule's default, for a loaded machine
 _TRIALS_PER_TASK = 32  # at least 4 search rounds per tuned task, or it rarely beats ours
 # MetaSchedule's defaults (population 512, 4 genetic rounds) cost ~15 s of search per
 # trial on one shared core; a small population leaves the budget for measuring.
@@ -55,9 +62,11 @@ class _Workload:
     mod: object  # IRModule({"main": PrimFunc})
     calls: int = 0
     default_us: float | None = None  # per call, default schedule
-    tuned_us: float | None = None
-    chosen: object = None  # the tuned PrimFunc when it beat the default
-    record: object = None  # its MetaSchedule tuning record
+    tuned_us: float | None = None  # per call, best tuned schedule known
+    record: str | None = None  # the JSON of that schedule's MetaSchedule tuning record
+    chosen: object = None  # its PrimFunc, when it beat the default
+    budget_trials: int = 0  # the largest budget it was settled under
+    trials: int = 0  # trials measured for it in this run
 
 
 def tune_segments(segments, spec, store: RecordStore, budget: TuningBudget, progress: ProgressFn):
@@ -78,31 +87,39 @@ def tune_segments(segments, spec, store: RecordStore, budget: TuningBudget, prog
                 wmod = workload_module(func)
                 key = workload_key(wmod)
                 workloads.setdefault(key, _Workload(key, gv.name_hint, wmod))
-    reused = _load_records(workloads, store, tkey, target)
+    found, reused = _load_records(workloads, store, tkey)
     summary = {
         "enabled": True,
         "target_key": tkey,
         "workloads": len(workloads),
+        "records_found": found,
         "records_used": reused,
         "trials": 0,
         "tasks_tuned": 0,
         "seconds": 0.0,
     }
-    if not budget.active:
+    affordable = budget.trials or math.ceil(budget.minutes * _TRIALS_PER_MINUTE)
+    if not any(w.budget_trials < affordable for w in workloads.values()):
         return summary, _chosen(workloads)
     progress(0.0, "timing kernels with default schedules")
+    for w in workloads.values():
+        w.default_us = None  # measured again on this machine, now
     for seg, mod in modules:
         _time_defaults(seg, mod, spec, workloads)
-    affordable = budget.trials or int(budget.minutes * _TRIALS_PER_MINUTE)
-    todo = _select(workloads, max(1, affordable // _TRIALS_PER_TASK))
+    pending = [w for w in workloads.values() if w.budget_trials < affordable]
+    todo = _select(pending, max(1, affordable // _TRIALS_PER_TASK))
     started = time.perf_counter()
     trials = _run(todo, workloads, spec, target, budget, progress)
     summary.update(
         trials=trials, tasks_tuned=len(todo), seconds=round(time.perf_counter() - started, 1)
     )
-    for w in todo:
-        if w.tuned_us is not None or w.default_us is not None:
-            store.put(tkey, w.key, _entry(w))
+    tuned = {w.key for w in todo}
+    for w in pending:
+        # A kernel left out (too light for this budget) is settled at this budget as well;
+        # one whose tuning never started (out of time) is not.
+        if w.default_us is not None and (w.trials or w.key not in tuned):
+            w.budget_trials = affordable
+            store.put(tkey, w.key, _entry(w, spec))
     summary["improved"] = sum(1 for w in workloads.values() if w.chosen is not None)
     summary["estimated_default_ms"] = _estimate(workloads, tuned=False)
     summary["estimated_tuned_ms"] = _estimate(workloads, tuned=True)
@@ -126,25 +143,36 @@ def _chosen(workloads) -> dict:
     return {k: w.chosen for k, w in workloads.items() if w.chosen is not None}
 
 
-def _load_records(workloads, store, tkey: str, target) -> int:
+def _load_records(workloads, store, tkey: str) -> tuple[int, int]:
+    """Fill workloads from their store entries; (entries found, tuned schedules applied)."""
+    found = used = 0
+    for w in workloads.values():
+        entry = store.get(tkey, w.key)
+        if not entry:
+            continue
+        try:
+            default_us, tuned_us = entry.get("default_us"), entry.get("tuned_us")
+            budget_trials = int(entry.get("budget_trials") or 0)
+            record = next(iter(entry.get("records") or []), None)
+            chosen = None
+            if record is not None and _beats(tuned_us, default_us):
+                _import_tensor_intrinsics()  # a trace may name a tensor intrinsic
+                chosen = _apply_trace(w.mod, _parse_record(record, w.mod).trace)
+        except Exception:  # noqa: BLE001 - a damaged or foreign record: tune as if none
+            continue
+        found += 1
+        w.default_us, w.tuned_us, w.budget_trials = default_us, tuned_us, budget_trials
+        w.record, w.chosen = record, chosen
+        used += chosen is not None
+    return found, used
+
+
+def _parse_record(text: str, mod, database=None):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    used = 0
-    for w in workloads.values():
-        entry = store.get(tkey, w.key)
-        if not entry or not entry.get("records"):
-            continue
-        w.default_us, w.tuned_us = entry.get("default_us"), entry.get("tuned_us")
-        if not _beats(w.tuned_us, w.default_us):
-            w.tuned_us = None
-            continue
-        record = ms.database.TuningRecord.from_json(
-            tvm.ir.load_json(entry["records"][0]), ms.database.Workload(w.mod)
-        )
-        w.chosen = _apply_trace(w.mod, record.trace)
-        used += 1
-    return used
+    workload = database.commit_workload(mod) if database else ms.database.Workload(mod)
+    return ms.database.TuningRecord.from_json(tvm.ir.load_json(text), workload)
 
 
 def _apply_trace(mod, trace):
@@ -200,10 +228,10 @@ def _random(param, rng) -> np.ndarray:
     return rng.integers(0, 2, shape).astype(dtype)
 
 
-def _select(workloads, max_tasks: int) -> list[_Workload]:
-    """The heaviest untuned kernels, up to 95% of the default-schedule time and as many
+def _select(pending, max_tasks: int) -> list[_Workload]:
+    """The heaviest kernels to tune, up to 95% of the default-schedule time and as many
     as the budget can give enough trials each (MetaSchedule first samples every task)."""
-    pending = [w for w in workloads.values() if w.chosen is None and w.default_us and w.calls]
+    pending = [w for w in pending if w.default_us and w.calls]
     pending.sort(key=lambda w: -(w.default_us * w.calls))
     total = sum(w.default_us * w.calls for w in pending)
     chosen, acc = [], 0.0
@@ -220,6 +248,7 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
 
     if not todo:
         return 0
+    _import_tensor_intrinsics()  # before TuneContext imports them the slow way
     # With only minutes, the deadline ends tuning; the trial cap is one per second.
     trials = budget.trials or max(_TRIALS_PER_ITER * len(todo), int(budget.minutes * 60))
     deadline = time.perf_counter() + budget.minutes * 60 if budget.minutes else math.inf
@@ -237,6 +266,12 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
     ]
     monitor = _monitor(todo, workloads, trials, deadline, progress)
     database = ms.database.MemoryDatabase()
+    for w in todo:
+        if w.record is not None:  # tuned before under a smaller budget: search from there
+            database.commit_tuning_record(_parse_record(w.record, w.mod, database))
+    builder = ms.builder.LocalBuilder(
+        max_workers=min(2, spec.threads), timeout_sec=_BUILD_TIMEOUT_S, f_build=_build_candidate
+    )
     runner = ms.runner.LocalRunner(
         evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20)
     )
@@ -249,7 +284,7 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
                 max_trials_global=trials,
                 max_trials_per_task=trials,
                 num_trials_per_iter=_TRIALS_PER_ITER,
-                builder=ms.builder.LocalBuilder(max_workers=min(2, spec.threads)),
+                builder=builder,
                 runner=runner,
                 database=database,
                 measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), monitor],
@@ -259,14 +294,14 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
                 raise monitor.cancelled from None
             if not monitor.out_of_time:
                 raise
-    for w in todo:
+    for k, w in enumerate(todo):
+        w.trials = monitor.trials_by_task.get(k, 0)
         record = _best(database, w.mod, target)
         if record is None:
             continue
         w.tuned_us = float(np.mean([float(s) for s in record.run_secs])) * 1e6
-        if _beats(w.tuned_us, w.default_us):
-            w.chosen = _apply_trace(w.mod, record.trace)
-            w.record = record
+        w.record = _json(record.as_json())
+        w.chosen = _apply_trace(w.mod, record.trace) if _beats(w.tuned_us, w.default_us) else None
     return monitor.trials
 
 
@@ -277,20 +312,68 @@ def _best(database, mod, target):
         return None
 
 
+def _build_candidate(mod, target, _params):
+    """MetaSchedule's ``default_build`` without its ``import tvm.s_tir.tensor_intrin``:
+    the builder starts fresh processes for every batch of candidates, and that import
+    costs each of them 20 s (a built candidate no longer refers to the intrinsics)."""
+    from tvm.driver import build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
+
+def _import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (MetaSchedule needs its registrations) in ~3 s
+    instead of ~20 s.
+
+    Each of its ~500 TVMScript functions calls ``inspect.stack()``; for every frame of
+    the frozen import machinery, ``inspect.getmodule`` scans all of ``sys.modules`` in
+    vain. During this one import, the answer is looked up once per file name.
+    """
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    original = inspect.getmodule
+    found: dict[str, object] = {}
+
+    def getmodule(obj, _filename=None):
+        if _filename is None:
+            return original(obj)
+        if _filename not in found:
+            found[_filename] = original(obj, _filename)
+        return found[_filename]
+
+    inspect.getmodule = getmodule
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401 - registers the intrinsics
+    finally:
+        inspect.getmodule = original
+
+
 def _beats(tuned_us, default_us) -> bool:
     return tuned_us is not None and (default_us is None or tuned_us < _MIN_GAIN * default_us)
 
 
-def _entry(w: _Workload) -> dict:
+def _entry(w: _Workload, spec) -> dict:
     import tvm
 
-    record = w.record
     return {
         "kernel": w.name,
+        "workload": _json(w.mod),
+        "records": [w.record] if w.record is not None else [],
         "default_us": w.default_us,
         "tuned_us": w.tuned_us,
-        "records": [tvm.ir.save_json(record.as_json())] if record is not None else [],
+        "budget_trials": w.budget_trials,
+        "target": dict(spec.target),
+        "tvm": tvm.__version__,
     }
+
+
+def _json(value) -> str:
+    import tvm
+
+    return tvm.ir.save_json(value)
 
 
 def _estimate(workloads, tuned: bool) -> float:
@@ -311,12 +394,14 @@ def _monitor(todo, workloads, trials: int, deadline: float, progress: ProgressFn
     class Monitor(ms.measure_callback.PyMeasureCallback):
         def __init__(self):
             self.trials = 0
+            self.trials_by_task: dict[int, int] = {}
             self.best_us: dict[int, float] = {}
             self.cancelled: Cancelled | None = None
             self.out_of_time = False
 
         def apply(self, task_scheduler, task_id, candidates, builds, runs) -> None:
             self.trials += len(runs)
+            self.trials_by_task[task_id] = self.trials_by_task.get(task_id, 0) + len(runs)
             for result in runs:
                 if result.run_secs:
                     us = float(np.mean([float(s) for s in result.run_secs])) * 1e6

@@ -1,0 +1,98 @@
+"""The compile stage tunes through the tuning records on the database: a second compile
+of the same workloads, by anyone, applies them instead of tuning."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from jobs import pipeline
+from jobs.tasks import run_stage
+from workbench.models import Target, TuningRecord
+from workbench.uploads import store_model_file
+
+pytestmark = pytest.mark.django_db
+
+pytest.importorskip("tvm")
+
+TRIALS = 8  # one round of MetaSchedule measurements
+
+
+@pytest.fixture(autouse=True)
+def _no_heartbeat(settings):
+    # The heartbeat thread has its own connection, which cannot see this test's
+    # uncommitted rows and would take the stage for cancelled; tests/integration covers it.
+    settings.RUN_HEARTBEAT_SECONDS = 3600
+
+
+@pytest.fixture
+def enqueued(monkeypatch):
+    sent = []
+    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
+    return sent
+
+
+def write_dense_model(path):
+    """x[32,64] @ w[64,64]: one kernel, one workload."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="dense")],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 64])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture
+def dense_file(tmp_path):
+    return write_dense_model(tmp_path / "dense.onnx")
+
+
+def compile_as(owner, path, enqueued, capture) -> dict:
+    model = store_model_file(path, owner=owner, name=path.name)
+    with capture(execute=True):
+        run = pipeline.create_run(
+            owner=owner,
+            model=model,
+            target=Target.objects.get(name="host"),
+            stages=["compile"],
+            options={"compile": {"threads": 1, "tune_trials": TRIALS}},
+        )
+    for _ in run.config["stages"]:  # analyze, then compile
+        stage = enqueued.pop(0)
+        with capture(execute=True):
+            outcome = run_stage.apply(args=[stage.pk]).get()
+        stage.refresh_from_db()
+        assert outcome == "succeeded", stage.error_message
+    return run.stages.get(stage="compile").result
+
+
+def test_a_second_compile_applies_the_shared_records_instead_of_tuning(
+    user, other_user, dense_file, enqueued, django_capture_on_commit_callbacks
+):
+    first = compile_as(user, dense_file, enqueued, django_capture_on_commit_callbacks)
+    assert first["tuning"]["trials"] == TRIALS and first["tuning"]["tasks_tuned"] == 1
+    assert first["tuning"]["records_found"] == 0
+    row = TuningRecord.objects.get()
+    assert row.target_key == first["tuning"]["target_key"] and row.budget_trials == TRIALS
+    assert row.default_us > 0 and row.tuned_us > 0 and row.hits == 0
+    assert row.entry["records"] and row.entry["workload"]
+
+    second = compile_as(other_user, dense_file, enqueued, django_capture_on_commit_callbacks)
+    tuning = second["tuning"]
+    assert (tuning["trials"], tuning["tasks_tuned"], tuning["records_found"]) == (0, 0, 1)
+    assert tuning["records_used"] == first["tuning"]["improved"]
+    schedules = {k["schedule"] for k in second["kernels"]}
+    assert ("tuned" in schedules) == bool(first["tuning"]["improved"])
+    assert second["outputs_match"] is True
+    row.refresh_from_db()
+    assert row.hits == 1 and TuningRecord.objects.count() == 1

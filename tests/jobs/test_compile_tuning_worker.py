@@ -1,0 +1,48 @@
+"""Tuning in a real Celery worker's pool process: MetaSchedule's builder and runner
+processes start from it, and the records it writes to PostgreSQL serve the next run."""
+
+from __future__ import annotations
+
+import pytest
+from test_compile_tuning import TRIALS, write_dense_model
+
+from jobs import pipeline
+from tests.conftest import wait_until
+from workbench.models import TERMINAL, Run, Target, TuningRecord
+from workbench.uploads import store_model_file
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def compile_on_worker(owner, path) -> dict:
+    run = pipeline.create_run(
+        owner=owner,
+        model=store_model_file(path, owner=owner, name=path.name),
+        target=Target.objects.get(name="host"),
+        stages=["compile"],
+        options={"compile": {"threads": 1, "tune_trials": TRIALS}},
+    )
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status in TERMINAL,
+        timeout_s=300,
+        interval_s=0.5,
+        what="the compile run",
+    )
+    stage = run.stages.get(stage="compile")
+    assert stage.status == "succeeded", stage.error_message
+    return stage.result
+
+
+def test_a_worker_tunes_into_the_database_and_the_next_run_reuses_it(
+    start_worker, user, other_user, tmp_path
+):
+    dense_file = write_dense_model(tmp_path / "dense.onnx")
+    start_worker()
+    first = compile_on_worker(user, dense_file)
+    assert first["tuning"]["trials"] == TRIALS and first["tuning"]["tasks_tuned"] == 1
+    assert TuningRecord.objects.get().budget_trials == TRIALS
+
+    second = compile_on_worker(other_user, dense_file)
+    assert (second["tuning"]["trials"], second["tuning"]["records_found"]) == (0, 1)
+    assert second["tuning"]["records_used"] == first["tuning"]["improved"]
+    assert TuningRecord.objects.get().hits == 1
