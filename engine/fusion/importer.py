@@ -90,8 +90,25 @@ def prepare(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     kept = [v for v in out.graph.input if v.name not in initializers]
     del out.graph.input[:]
     out.graph.input.extend(kept)
+    # Weights nothing reads would still be parameters of the TVM module (and stored).
+    used = _read_names(out.graph) | {o.name for o in out.graph.output}
+    weights = [t for t in out.graph.initializer if t.name in used]
+    if len(weights) < len(out.graph.initializer):
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(weights)
     _pretranspose_gemm_weights(out)
     return out
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name a node of ``graph`` or of its subgraphs reads."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                names |= _read_names(sub)
+    return names
 
 
 def _pretranspose_gemm_weights(model: onnx.ModelProto) -> None:
@@ -159,7 +176,7 @@ def import_onnx(
     mod, mapping = _rename_bindings(mod, owners, relax)
     names = [p.name for p in mod["main"].params]
     num_input = int(mod["main"].attrs["num_input"])
-    values = {v: t.numpy() for v, t in zip(names[num_input:], params["main"], strict=True)}
+    values = {v: t.numpy() for v, t in zip(names[num_input:], params.get("main", []), strict=True)}
     return ImportedModule(mod, values, names[:num_input], mapping, folded)
 
 

@@ -64,7 +64,7 @@ class _TvmSegment:
                 config(1, threads)
         self.spec = spec
         self.device = tvm.cuda(0) if spec.get("device") == "cuda" else tvm.cpu(0)
-        self.lib = tvm.runtime.load_module(str(directory / spec["library"]))
+        self.lib = tvm.runtime.load_module(_loadable(directory / spec["library"]))
         self.vm = VirtualMachine(self.lib, self.device)
         with np.load(directory / spec["params"]) as params:
             self.params = [
@@ -74,13 +74,47 @@ class _TvmSegment:
 
     def arguments(self, values: dict) -> list:
         tensor = self._tvm.runtime.tensor
-        inputs = [tensor(np.ascontiguousarray(values[n]), self.device) for n in self.spec["inputs"]]
+        # asarray, not ascontiguousarray: that one makes a 0-d input 1-d.
+        inputs = [
+            tensor(np.asarray(values[n], order="C"), self.device) for n in self.spec["inputs"]
+        ]
         return inputs + self.params
 
     def run(self, values: dict) -> dict:
         result = self.vm["main"](*self.arguments(values))
-        outputs = [result] if hasattr(result, "numpy") else list(result)
-        return {n: o.numpy() for n, o in zip(self.spec["outputs"], outputs, strict=True)}
+        names = self.spec["outputs"]
+        outputs = [result] if len(names) == 1 else list(result)
+        return {n: _to_numpy(o) for n, o in zip(names, outputs, strict=True)}
+
+
+_LOADED: dict[str, tuple[int, int]] = {}
+
+
+def _loadable(library: Path) -> str:
+    """A path to load ``library`` from. The dynamic loader keeps one library per path for
+    the life of the process: a new build written where an older one was loaded from
+    would silently run the old code. Such a build is loaded from a copy of its own."""
+    import shutil
+    import tempfile
+
+    key = str(library.resolve())
+    stat = library.stat()
+    identity = (stat.st_ino, stat.st_mtime_ns)
+    if _LOADED.setdefault(key, identity) == identity:
+        return key
+    copy = Path(tempfile.mkdtemp(prefix="workbench-lib-")) / library.name
+    shutil.copyfile(library, copy)
+    return str(copy)
+
+
+def _to_numpy(value) -> np.ndarray:
+    """A VM result as an array: a tensor, a shape (the output of an ONNX ``Shape``, an
+    int64 vector) or a scalar."""
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    if isinstance(value, bool | int | float):
+        return np.asarray(value)
+    return np.asarray([int(d) for d in value], dtype=np.int64)
 
 
 class _OrtSegment:

@@ -34,12 +34,15 @@ def format_shape(shape: list | tuple | None) -> str:
     return "?" if shape is None else "x".join(str(d) for d in shape) or "scalar"
 
 
-def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
+def apply_input_shapes(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], *, allow_empty: bool = False
+) -> list[str]:
     """Set the given inputs' dimensions in place and return warnings.
 
     Raises :class:`ShapeError` for an unknown input name, a wrong rank, or a dimension
-    that is not a positive integer.
+    that is not a positive integer (or zero, an empty tensor, with ``allow_empty``).
     """
+    smallest = 0 if allow_empty else 1
     by_name = {v.name: v for v in model_inputs(model)}
     warnings = []
     for name, shape in shapes.items():
@@ -47,8 +50,9 @@ def apply_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, .
         if value is None:
             known = ", ".join(by_name) or "none"
             raise ShapeError(f"the model has no input '{name}' (its inputs: {known})")
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-            raise ShapeError(f"input '{name}': every dimension must be a positive integer")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= smallest for d in shape):
+            kind = "a non-negative" if allow_empty else "a positive"
+            raise ShapeError(f"input '{name}': every dimension must be {kind} integer")
         if any(d >= _INT64_LIMIT for d in shape):
             raise ShapeError(f"input '{name}': a dimension does not fit a 64-bit integer")
         declared, _ = type_spec(value.type)

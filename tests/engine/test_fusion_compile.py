@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from onnx_builders import build
 
 from engine.errors import EngineError
 from engine.fusion import CompileConfig, compile_model
+from engine.fusion import compile as compile_module
 from engine.fusion.cli import add_commands
 
 pytest.importorskip("tvm")
@@ -123,6 +125,31 @@ def test_unsupported_op_runs_in_onnxruntime_and_is_reported(save, tmp_path):
     assert "no converter for Celu" in data["fallback_nodes"][0]["reason"]
     assert [s["backend"] for s in data["segments"]] == ["tvm", "onnxruntime", "tvm"]
     assert data["tvm_nodes"] == 3
+    assert data["outputs_match"] is True
+
+
+def test_a_second_build_in_the_same_place_runs_its_own_code(save, tmp_path):
+    # The dynamic loader keeps the first library loaded from a path: the second model,
+    # compiled into the same directory in the same process, must not run the first's code.
+    config = CompileConfig(str(tmp_path / "same"), **FAST)
+    first = compile_model(save(conv_relu_conv()), config).to_dict()
+    second = compile_model(save(conv_relu_conv("Sigmoid")), config).to_dict()
+    assert first["outputs_match"] is True and second["outputs_match"] is True
+
+
+def hanging_build(*args):
+    time.sleep(600)  # as TVM's simplifier did on a SpaceToDepth for minutes
+
+
+def test_a_build_that_hangs_is_ended_and_its_segment_falls_back(save, tmp_path, monkeypatch):
+    monkeypatch.setattr(compile_module, "build_segment", hanging_build)
+    config = CompileConfig(str(tmp_path / "o"), build_timeout_s=2, **FAST)
+    started = time.monotonic()
+    data = compile_model(save(conv_relu_conv()), config).to_dict()
+    assert time.monotonic() - started < 60
+    assert data["tvm_nodes"] == 0 and [s["backend"] for s in data["segments"]] == ["onnxruntime"]
+    reasons = {f["reason"] for f in data["fallback_nodes"]}
+    assert reasons == {"TVM could not compile its segment: TVM's build did not finish in 2 s"}
     assert data["outputs_match"] is True
 
 
