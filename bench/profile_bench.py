@@ -2,10 +2,12 @@
 
 Per light model (``onnx/backend/test/data/light``; ``--zoo`` adds engine.zoo's models):
 
-- ``agreement_pct``: the profiler's whole-model median (its ``model_run`` events) against an
-  independent plain onnxruntime session timed in the same loop, interleaved run by run so
-  both see the same machine load (the issue asks for agreement within 10%);
-- ``overhead_ratio``: profiled inference wall time / plain inference wall time;
+- ``agreement_pct``: the profile's whole-model median (the profiled session's runs once its
+  profiler is off) against an independent plain onnxruntime session timed in the same
+  loop, interleaved run by run so both see the same machine load (the issue asks for
+  agreement within 10%);
+- ``overhead_ratio``: profiled inference wall time / plain inference wall time (the cost
+  of the profiler itself; ``profiled_ms`` is the profiler's own whole-model median);
 - ``repeat``: a second profile of the same model, in a second round over all models; per op
   over 100 us, the relative difference of the two medians (the issue asks for 10%), with
   the ops' own spreads;
@@ -124,7 +126,8 @@ def main() -> None:
         reference = first["reference"]
         results[name] = {
             "runs": first["runs"],
-            "profiled_ms": first["latency_ms"]["median"],
+            "latency_ms": first["latency_ms"]["median"],
+            "profiled_ms": first["profiled_ms"]["median"],
             "plain_ms": reference["latency_ms"]["median"],
             "plain_ms_repeat": second["reference"]["latency_ms"]["median"],
             "agreement_pct": reference["agreement_pct"],

@@ -88,18 +88,20 @@ def test_environment_is_recorded(profile):
     assert set(env["load_avg_1m"]) == {"before", "after"}
 
 
-def test_reference_timing_in_the_same_loop():
+def test_whole_model_latency_is_timed_with_the_profiler_off_next_to_a_plain_session():
     result = profile_nodes(small_cnn(), NodeProfileConfig(window_s=0.2, min_runs=5, reference=True))
     reference = result.reference
-    assert reference["runs"] == result.runs
+    # Per-op statistics from the profiled runs; the whole model from as many runs again
+    # (at least min_runs) with the profiler off, each next to one of the plain session.
+    assert result.runs >= 5 and result.latency_runs >= 5
+    assert reference["runs"] == result.latency_runs
+    assert result.profiled_ms["median"] > 0
     plain = reference["latency_ms"]["median"]
     # The 10% agreement itself is measured by the benchmark, not asserted under load.
     assert reference["agreement_pct"] == pytest.approx(
         100 * (result.latency_ms["median"] / plain - 1)
     )
-    assert reference["overhead_ratio"] == pytest.approx(
-        reference["profiled_wall_ms"]["median"] / plain
-    )
+    assert reference["overhead_ratio"] > 0
 
 
 def test_repeated_profiles_agree_loosely_on_ops_over_100_us():
