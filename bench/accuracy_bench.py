@@ -10,11 +10,15 @@ For each bundled light model:
   activations grow beyond fp16's range in most of them) and, with ``--random-weights``,
   on the same topology with He-initialised random weights.
 
-Then the onnx node test cases with onnxruntime as the candidate: counts and the reasons.
-Prints one JSON object.
+Then the onnx node test cases with each ``--node-suite`` candidate (default: ``ort``,
+onnxruntime, in this process; ``tvm``: the TVM build, each case in a worker process
+with a time limit, one thread): counts, the reasons grouped, every failure, and the
+per-operator coverage table written to ``--markdown-dir`` as
+``node_suite_<candidate>.md``. Prints one JSON object.
 
-    python bench/accuracy_bench.py [--models squeezenet,resnet50] [--random-weights]
-        [--no-node-suite]
+    python bench/accuracy_bench.py [--models squeezenet,resnet50 | --no-models]
+        [--random-weights] [--node-suite ort --node-suite tvm | --no-node-suite]
+        [--node-timeout-s 120] [--node-workers 1] [--markdown-dir bench/results]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import statistics
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import onnx
@@ -32,10 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.accuracy import AccuracyConfig, check_accuracy, generate_inputs  # noqa: E402
 from engine.accuracy.candidates import OrtCandidate  # noqa: E402
-from engine.accuracy.node_suite import run_node_suite  # noqa: E402
+from engine.accuracy.node_suite import (  # noqa: E402
+    Isolation,
+    node_cases,
+    run_node_suite,
+    suite_options,
+)
 from engine.accuracy.weights import randomize_fills  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONFIG = AccuracyConfig(second_opinion="never")
 
 
@@ -102,13 +113,64 @@ def bench_model(path: Path, random_weights: bool) -> dict:
     return result
 
 
+def bench_node_suite(candidate: str, cases, args) -> dict:
+    """One candidate over the node cases: ``ort`` in this process (the control), any
+    other in worker processes, so that a crash or a hang costs one case."""
+    isolation = None if candidate == "ort" else Isolation(args.node_timeout_s, args.node_workers)
+    report = run_node_suite(
+        candidate,
+        cases,
+        options=suite_options(candidate, args.node_timeout_s if isolation else None),
+        isolation=isolation,
+        progress=lambda fraction, message: print(f"  {message}", file=sys.stderr),
+    )
+    if args.markdown_dir:
+        path = Path(args.markdown_dir) / f"node_suite_{candidate}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        versions = ", ".join(f"{p} {_version(p)}" for p in ("onnx", "onnxruntime", "apache-tvm"))
+        path.write_text(
+            report.markdown() + f"\nWritten by `python bench/accuracy_bench.py --node-suite "
+            f"{candidate}` on {time.strftime('%Y-%m-%d')} with {versions}.\n"
+        )
+    return {
+        "candidate": candidate,
+        "isolated": isolation is not None,
+        "seconds": report.seconds,
+        "source": report.source,
+        "counts": report.counts(),
+        "fail_reasons": report.reason_counts("fail"),
+        "skip_reasons": report.reason_counts("skip"),
+        "failures": [r.to_dict() for r in report.results if r.status == "fail"],
+        "skips": {r.name: r.reason for r in report.results if r.status == "skip"},
+    }
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated light model names (default: all)")
+    parser.add_argument("--no-models", action="store_true", help="no light model, node suite only")
     parser.add_argument("--random-weights", action="store_true", help="also fp16 on random weights")
+    parser.add_argument(
+        "--node-suite",
+        action="append",
+        metavar="CANDIDATE",
+        help="run the node test cases with this candidate (repeatable; default: ort)",
+    )
     parser.add_argument("--no-node-suite", action="store_true")
+    parser.add_argument("--node-timeout-s", type=float, default=120.0, help="per isolated case")
+    parser.add_argument("--node-workers", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--markdown-dir", default=str(RESULTS_DIR), help="where the coverage tables go ('' : none)"
+    )
     args = parser.parse_args()
-    paths = sorted(LIGHT_DIR.glob("light_*.onnx"))
+    paths = [] if args.no_models else sorted(LIGHT_DIR.glob("light_*.onnx"))
     if args.models:
         wanted = {f"light_{m}" for m in args.models.split(",")}
         paths = [p for p in paths if p.stem in wanted]
@@ -117,17 +179,11 @@ def main() -> None:
         print(f"{path.stem} ...", file=sys.stderr)
         results["light_models"][path.stem[len("light_") :]] = bench_model(path, args.random_weights)
     if not args.no_node_suite:
-        print("node suite ...", file=sys.stderr)
-        start = time.perf_counter()
-        suite = run_node_suite("ort")
-        results["node_suite"] = {
-            "candidate": "ort",
-            "seconds": round(time.perf_counter() - start, 1),
-            "source": suite.source,
-            "counts": suite.counts(),
-            "skip_reasons": suite.reason_counts("skip"),
-            "failures": [r.to_dict() for r in suite.results if r.status == "fail"],
-        }
+        cases = list(node_cases())
+        results["node_suite"] = {}
+        for candidate in args.node_suite or ["ort"]:
+            print(f"node suite, candidate {candidate} ...", file=sys.stderr)
+            results["node_suite"][candidate] = bench_node_suite(candidate, cases, args)
     print(json.dumps(results, indent=1))
 
 

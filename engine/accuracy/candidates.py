@@ -52,6 +52,10 @@ class Candidate(Protocol):
         ...
 
 
+# A candidate may also have ``prepare(feeds)``: build for these inputs' shapes before
+# ``run`` (a compiler specializing to static shapes); ``run`` must not depend on it.
+
+
 CandidateFactory = Callable[..., Candidate]
 """``factory(model: onnx.ModelProto, **options) -> Candidate``."""
 
