@@ -54,13 +54,51 @@ def lower_to_fused(mod, target):
             [
                 relax.backend.DispatchSampling(),
                 relax.backend.DispatchSortScan(),
-                relax.transform.LegalizeOps(),
+                relax.transform.LegalizeOps(fast_math_legalization()),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
             ]
         )(mod)
         fused = relax.transform.FuseOps()(legal)
     return legal, fused
+
+
+def fast_math_legalization() -> dict:
+    """exp, sigmoid, tanh, erf and softmax on float32 lowered to TOPI's polynomial
+    approximations (``fast_exp``, ``fast_tanh``, ``fast_erf``) instead of libm calls:
+    LLVM vectorizes these, while it leaves ``expf`` a scalar call per element. SiLU, GELU
+    and softmax then run in vector lanes (EfficientNet's SiLU kernels, BERT's GELU). Their
+    error is a few float32 ulps; the compile check against onnxruntime and the accuracy
+    stage measure it on every build. Other dtypes keep TVM's own legalization."""
+    import tvm
+    from tvm import topi
+
+    def sigmoid(x):
+        one = topi.full_like(x, 1.0)
+        return topi.divide(one, topi.add(one, topi.fast_exp(topi.negative(x))))
+
+    def softmax(x, axis):
+        return topi.nn.fast_softmax(x, axis)
+
+    def fast(op_name, compute):
+        default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+        def legalize(bb, call):
+            if str(getattr(call.ty, "dtype", "")) != "float32":
+                return default(bb, call)
+            if op_name == "relax.nn.softmax":
+                return bb.call_te(compute, call.args[0], int(call.attrs.axis))
+            return bb.call_te(compute, call.args[0])
+
+        return legalize
+
+    return {
+        "relax.exp": fast("relax.exp", topi.fast_exp),
+        "relax.sigmoid": fast("relax.sigmoid", sigmoid),
+        "relax.tanh": fast("relax.tanh", topi.fast_tanh),
+        "relax.erf": fast("relax.erf", topi.fast_erf),
+        "relax.nn.softmax": fast("relax.nn.softmax", softmax),
+    }
 
 
 def fuse_tir(fused_mod, target):

@@ -242,3 +242,34 @@ def test_grouped_pointwise_conv_gets_a_register_tile_and_stays_exact(
     assert data["outputs_match"] is True
     (kernel,) = data["kernels"]
     assert kernel["schedule"] == "tiled"
+
+
+@pytest.mark.parametrize(("stride", "side"), [(1, 28), (2, 28), (1, 7)])
+def test_depthwise_conv_runs_per_channel_and_stays_exact(save, tmp_path, stride, side):
+    """A depthwise conv (MobileNet's 3x3, one group per channel) has no register reuse to
+    tile for: it runs parallel over channels, padding and epilogue computed per channel."""
+    channels = 24
+    out_side = (side - 1) // stride + 1
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["c"],
+            name="dw",
+            group=channels,
+            pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        ),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    inits = [_random("w", (channels, 1, 3, 3), 1), _random("b", (channels,), 2)]
+    model = build(
+        nodes,
+        [("x", [1, channels, side, side])],
+        [("y", [1, channels, out_side, out_side])],
+        inits,
+    )
+    data = compile_model(save(model), CompileConfig(str(tmp_path / "out"), **FAST)).to_dict()
+    assert data["outputs_match"] is True
+    (kernel,) = data["kernels"]
+    assert kernel["schedule"] == "per-channel"
