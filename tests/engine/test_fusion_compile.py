@@ -273,3 +273,15 @@ def test_depthwise_conv_runs_per_channel_and_stays_exact(save, tmp_path, stride,
     assert data["outputs_match"] is True
     (kernel,) = data["kernels"]
     assert kernel["schedule"] == "per-channel"
+
+
+def test_running_a_build_leaves_the_process_free_to_use_every_core(save, tmp_path):
+    """TVM's thread pool would pin the calling thread to one core; onnxruntime sessions
+    created after it (fallback segments, the comparison, the next profile in a worker)
+    would then run all their threads on that core."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": 2})
+    compile_model(save(conv_relu_conv()), config)
+    assert os.sched_getaffinity(0) == before
