@@ -22,6 +22,13 @@ import numpy as np
 # core: Inception v1 with 2 onnxruntime threads took 82 ms instead of 25 ms here. Leave
 # thread placement to the OS.
 os.environ.setdefault("TVM_BIND_THREADS", "0")
+# TVM sizes its pool, once, to half the logical cores on x86 (it assumes hyper-threads),
+# and later requests for more threads are capped there: on 2 vCPUs every build ran on
+# one thread. Let the pool reach every usable core; ``threads`` then picks the count.
+os.environ.setdefault(
+    "TVM_NUM_THREADS",
+    str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
+)
 
 MANIFEST = "manifest.json"
 

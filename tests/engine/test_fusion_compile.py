@@ -285,3 +285,15 @@ def test_running_a_build_leaves_the_process_free_to_use_every_core(save, tmp_pat
     config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": 2})
     compile_model(save(conv_relu_conv()), config)
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_build_runs_on_as_many_threads_as_asked(save, tmp_path):
+    """TVM would cap its pool at half the logical cores on x86 (one thread on 2 vCPUs)."""
+    import os
+
+    import tvm
+
+    wanted = min(2, len(os.sched_getaffinity(0)))
+    config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": wanted})
+    compile_model(save(conv_relu_conv()), config)
+    assert tvm.get_global_func("runtime.NumThreads")() == wanted
