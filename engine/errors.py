@@ -63,3 +63,13 @@ class Cancelled(EngineError):
     """Raised by a progress callback to stop the work; the engine lets it propagate."""
 
     code = "cancelled"
+
+
+def error_line(error: BaseException, limit: int = 400) -> str:
+    """One line saying what ``error`` is about: its message's first line, or the last
+    one when the message starts with a traceback (TVM's errors carry one); the type's
+    name for an empty message."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return (lines[-1] if lines[0].startswith("Traceback") else lines[0])[:limit]

@@ -53,7 +53,7 @@ from onnx import numpy_helper
 from engine.accuracy.candidates import Candidate, available_candidates, make_candidate
 from engine.accuracy.errors import CandidateError
 from engine.accuracy.metrics import Thresholds, compare_tensors, judge
-from engine.errors import ProgressFn
+from engine.errors import ProgressFn, error_line
 
 NODE_DATA_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
 RANDOM_OPS = frozenset(
@@ -657,11 +657,7 @@ def _short(file: str) -> str:
 
 
 def _describe(error: Exception) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-    return f"{type(error).__name__}: {line}"[:400]
+    return f"{type(error).__name__}: {error_line(error)}"[:400]
 
 
 def _operators(cases: Collection[NodeCase]) -> dict[str, str]:

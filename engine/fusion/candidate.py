@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from engine.accuracy.errors import CandidateError
+from engine.errors import error_line
 from engine.fusion.compile import CompileConfig, compile_model
 from engine.fusion.standalone import CompiledModel
 
@@ -65,10 +66,10 @@ class TvmCandidate:
                     # Not a broken build: this pipeline cannot take the model.
                     message = (
                         f"tvm: {FALLBACK_REFUSED} ({len(result.fallback_nodes)} nodes): "
-                        f"{_first_line(e)}"
+                        f"{error_line(e)}"
                     )
                     raise CandidateError(message, stage="import") from e
-                message = f"tvm: cannot load the build: {_first_line(e)}"
+                message = f"tvm: cannot load the build: {error_line(e)}"
                 raise CandidateError(message, stage="compile") from e
             self._builds[key] = (result, compiled)
         self._last = key
@@ -82,7 +83,7 @@ class TvmCandidate:
         try:
             return compiled.run(dict(feeds))
         except Exception as e:  # noqa: BLE001 - the TVM runtime raises its own errors
-            raise CandidateError(f"tvm: failed to run: {_first_line(e)}", stage="run") from e
+            raise CandidateError(f"tvm: failed to run: {error_line(e)}", stage="run") from e
 
     def describe(self) -> dict:
         if self._last is None:
@@ -111,12 +112,4 @@ def tvm_candidate(model: onnx.ModelProto, **options) -> TvmCandidate:
 
 
 def _compile_failure(error: Exception) -> str:
-    return f"compile failed: {type(error).__name__}: {_first_line(error)}"
-
-
-def _first_line(error: Exception) -> str:
-    """The message's first line; TVM's errors start with a traceback and end with it."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    return (lines[-1] if lines[0].startswith("Traceback") else lines[0])[:400]
+    return f"compile failed: {type(error).__name__}: {error_line(error)}"

@@ -77,27 +77,25 @@ def fast_math_legalization() -> dict:
         one = topi.full_like(x, 1.0)
         return topi.divide(one, topi.add(one, topi.fast_exp(topi.negative(x))))
 
-    def softmax(x, axis):
-        return topi.nn.fast_softmax(x, axis)
-
-    def fast(op_name, compute):
+    def fast(op_name, compute, attrs=lambda call: ()):
         default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
 
         def legalize(bb, call):
             if str(getattr(call.ty, "dtype", "")) != "float32":
                 return default(bb, call)
-            if op_name == "relax.nn.softmax":
-                return bb.call_te(compute, call.args[0], int(call.attrs.axis))
-            return bb.call_te(compute, call.args[0])
+            return bb.call_te(compute, call.args[0], *attrs(call))
 
         return legalize
+
+    def softmax_axis(call):
+        return (int(call.attrs.axis),)
 
     return {
         "relax.exp": fast("relax.exp", topi.fast_exp),
         "relax.sigmoid": fast("relax.sigmoid", sigmoid),
         "relax.tanh": fast("relax.tanh", topi.fast_tanh),
         "relax.erf": fast("relax.erf", topi.fast_erf),
-        "relax.nn.softmax": fast("relax.nn.softmax", softmax),
+        "relax.nn.softmax": fast("relax.nn.softmax", topi.nn.fast_softmax, softmax_axis),
     }
 
 

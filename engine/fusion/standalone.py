@@ -40,6 +40,11 @@ class CompiledModel:
         self.directory = Path(directory)
         self.manifest = json.loads((self.directory / MANIFEST).read_text())
         self.threads = threads or int(self.manifest.get("threads", 0))
+        # Next to TVM segments, onnxruntime runs on one thread: TVM's pool keeps its
+        # workers spinning between launches, and a second onnxruntime thread fighting
+        # them for a core made a fallen-back LSTM 20x slower (12 ms instead of 0.6).
+        mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
+        self.ort_threads = 1 if mixed else self.threads
         self.segments = [self._load(s) for s in self.manifest["segments"]]
 
     @property
@@ -64,11 +69,7 @@ class CompiledModel:
     def _load(self, spec: dict):
         if spec["backend"] == "tvm":
             return _TvmSegment(self.directory, spec, self.threads)
-        # Next to TVM segments, onnxruntime runs on one thread: TVM's pool keeps its
-        # workers spinning between launches, and a second onnxruntime thread fighting
-        # them for a core made a fallen-back LSTM 20x slower (12 ms instead of 0.6).
-        mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
-        return _OrtSegment(self.directory, spec, 1 if mixed else self.threads)
+        return _OrtSegment(self.directory, spec, self.ort_threads)
 
 
 class _TvmSegment:
