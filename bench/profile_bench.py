@@ -10,7 +10,8 @@ Per light model (``onnx/backend/test/data/light``; ``--zoo`` adds engine.zoo's m
   of the profiler itself; ``profiled_ms`` is the profiler's own whole-model median);
 - ``repeat``: a second profile of the same model, in a second round over all models; per op
   over 100 us, the relative difference of the two medians (the issue asks for 10%), with
-  the ops' own spreads;
+  the ops' own spreads; ``steady_*`` counts only the ops whose spread (IQR / median) is
+  within 10% in both profiles, ``misses`` lists the others with their spreads;
 - ``calibration``: a modeled copy of ``host`` with measured roofs, calibrated on all models'
   profiles (the two rounds averaged); predicted / measured whole-model latency in sample and
   leave-one-model-out, and the per-op geometric-mean error (the issue asks for 25% on the
@@ -69,9 +70,17 @@ def repeat_agreement(first: dict, second: dict) -> dict:
             diff = 100.0 * abs(b["latency_us"] / a["latency_us"] - 1.0)
             rows.append((a["name"], diff, a["spread_pct"], b["spread_pct"]))
     diffs = [r[1] for r in rows]
+    steady = [r for r in rows if max(r[2], r[3]) <= AGREEMENT_PCT]
     return {
         "ops_over_100us": len(rows),
         "within_10pct": sum(d <= AGREEMENT_PCT for d in diffs),
+        "steady_ops": len(steady),
+        "steady_within_10pct": sum(r[1] <= AGREEMENT_PCT for r in steady),
+        "misses": [
+            {"op": r[0], "diff_pct": r[1], "spread_pct": [r[2], r[3]]}
+            for r in rows
+            if r[1] > AGREEMENT_PCT
+        ],
         "median_diff_pct": statistics.median(diffs) if diffs else None,
         "max_diff_pct": max(diffs) if diffs else None,
         "worst": sorted(rows, key=lambda r: -r[1])[:3],
@@ -90,6 +99,17 @@ def merged(first: dict, second: dict) -> dict:
         first["reference"]["latency_ms"]["median"], second["reference"]["latency_ms"]["median"]
     )
     return {**first, "ops": ops, "reference": {"latency_ms": {"median": plain}}}
+
+
+def _stability(profile: dict) -> dict:
+    """Which runs the per-op figures came from (see engine.profiling.nodes)."""
+    s = profile["stability"]
+    return {
+        "recorded_runs": s["recorded_runs"],
+        "used_runs": s["stop"] - s["start"],
+        "stable": s["stable"],
+        "block_medians_ms": [round(m, 3) for m in s["block_medians_ms"]],
+    }
 
 
 def _mean(a: float | None, b: float | None) -> float | None:
@@ -141,6 +161,7 @@ def main() -> None:
             "profile_call_s": profile_s[name],
             "unmapped_kernels": sum(1 for k in first["kernels"] if not k["nodes"]),
             "repeat": repeat_agreement(first, second),
+            "stability": [_stability(r[name]) for r in rounds],
             "load_avg_1m": [r[name]["environment"]["load_avg_1m"] for r in rounds],
         }
         print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
@@ -186,6 +207,14 @@ def main() -> None:
             ),
             "repeat_ops_within_10pct": sum(r["repeat"]["within_10pct"] for r in results.values()),
             "repeat_ops_over_100us": sum(r["repeat"]["ops_over_100us"] for r in results.values()),
+            "repeat_steady_ops": sum(r["repeat"]["steady_ops"] for r in results.values()),
+            "repeat_steady_within_10pct": sum(
+                r["repeat"]["steady_within_10pct"] for r in results.values()
+            ),
+            "repeat_miss_spread_pct_min": min(
+                (max(m["spread_pct"]) for r in results.values() for m in r["repeat"]["misses"]),
+                default=None,
+            ),
             "calibrated_within_25pct": sum(abs(r - 1) <= CALIBRATION_PCT / 100 for r in ratios),
             "loo_within_25pct": sum(abs(r - 1) <= CALIBRATION_PCT / 100 for r in loo_ratios),
             "seconds": time.perf_counter() - started,

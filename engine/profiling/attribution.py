@@ -94,7 +94,10 @@ def attribute_kernels(
     for name in names:
         if name in host:
             members[host[name]].append(name)
-    stats = {k.name: summarize(k.samples_us) if k.samples_us else None for k in samples}
+    stats = {
+        k.name: {**summarize(k.samples_us), "median": k.median_us()} if k.samples_us else None
+        for k in samples
+    }
     typical_by_kernel = {k.name: k.mean_over(central) for k in samples}
     kernels = [
         KernelProfile(

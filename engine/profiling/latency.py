@@ -61,6 +61,64 @@ def window_filled(runs: int, elapsed_s: float, window_s: float, min_runs: int) -
     return elapsed_s >= window_s and runs >= min_runs
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """The runs a profile's statistics come from: ``blocks`` consecutive blocks of
+    ``block_runs`` runs each, starting at run ``start``. ``stable``: their median run times
+    agree within the tolerance (the machine's load did not change meanwhile)."""
+
+    start: int
+    stop: int
+    block_runs: int
+    block_medians_ms: list[float]
+    stable: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def block_medians(samples_ms: list[float], block_runs: int) -> list[float]:
+    """Median run time of each complete block of ``block_runs`` consecutive runs."""
+    full = len(samples_ms) // block_runs
+    return [
+        statistics.median(samples_ms[i * block_runs : (i + 1) * block_runs]) for i in range(full)
+    ]
+
+
+def agree(medians: list[float], tolerance_pct: float) -> bool:
+    return bool(medians) and max(medians) <= min(medians) * (1 + tolerance_pct / 100)
+
+
+def quietest_stretch(
+    samples_ms: list[float], block_runs: int, blocks: int, tolerance_pct: float
+) -> Stretch:
+    """The stretch of ``blocks`` consecutive blocks to take a profile's statistics from.
+
+    The last stretch when its blocks agree (the window was extended until they did, see
+    :func:`engine.profiling.nodes.profile_nodes`); else the one whose slowest block is the
+    fastest: the stretch another process disturbed least. Slowdowns from other load only
+    add time, so the quietest stretch is the one a repeated profile finds again."""
+    medians = block_medians(samples_ms, block_runs)
+    if len(medians) <= blocks:
+        return Stretch(
+            0, len(medians) * block_runs or len(samples_ms), block_runs, medians,
+            agree(medians, tolerance_pct) or not medians,
+        )  # fmt: skip
+    last = len(medians) - blocks
+    if agree(medians[last:], tolerance_pct):
+        first = last
+    else:
+        first = min(range(last + 1), key=lambda i: max(medians[i : i + blocks]))
+    window = medians[first : first + blocks]
+    return Stretch(
+        first * block_runs,
+        (first + blocks) * block_runs,
+        block_runs,
+        medians,
+        agree(window, tolerance_pct),
+    )
+
+
 def measure_latency(
     source: ModelSource, config: LatencyConfig = LatencyConfig(), progress: ProgressFn | None = None
 ) -> LatencyProfile:

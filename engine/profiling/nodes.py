@@ -5,6 +5,20 @@ a time window is filled and at least ``min_runs`` runs were made (DNNTune repeat
 until the power sampler's window is filled; onnxruntime cannot run one node alone, so every
 run times every node once). Per op: median, p90 and spread (IQR / median) over the runs.
 
+Each session places the weights and buffers in memory its own way, and an op's time can
+depend on that placement by 10% (cache sets, pages): two profiles, each with one session,
+disagree by that much on single ops while their whole-model times agree. So the runs go by
+turns over ``sessions`` sessions and each op's median pools them: a repeated profile then
+samples the placements again instead of inheriting one.
+
+On a shared machine another process can slow a stretch of runs down, and per-op medians
+taken over such a stretch do not come back in a second profile. So the window is cut into
+``blocks`` blocks of runs, and while the blocks' median run times disagree by more than
+``stable_pct`` the window grows, block by block, up to ``max_extend`` times its length.
+The statistics come from the last ``blocks`` blocks once they agree, or else from the
+stretch of blocks the other load disturbed least; the profile says which runs it used
+(``stability``) and warns when no stretch was steady.
+
 The profiler costs time between kernels (about 10% on a model of many small kernels, such
 as ShuffleNet), so the whole-model latency is not taken from profiled runs: once the
 per-op window is over, the profiler is switched off and the same session runs for half a
@@ -34,7 +48,7 @@ from engine.graph import AnalysisConfig, analyze_model, load_model
 from engine.graph.loader import ModelSource
 from engine.graph.topology import sorted_model, unique_node_names
 from engine.profiling.attribution import KernelProfile, OpProfile, attribute_kernels
-from engine.profiling.latency import window_filled
+from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
 from engine.profiling.session import (
     check_optimization,
     environment,
@@ -44,9 +58,13 @@ from engine.profiling.session import (
     run_once,
     summarize,
 )
-from engine.profiling.trace import central_runs, parse_trace
+from engine.profiling.trace import central_runs, interleave, parse_trace
 
-METHOD = "onnxruntime profiler, per-kernel events mapped back to the model's nodes"
+METHOD = (
+    "onnxruntime profiler, per-kernel events mapped back to the model's nodes, runs by turns "
+    "over several sessions"
+)
+LARGE_MODEL_BYTES = 1 << 30  # above this, one profiled session (each holds the weights)
 
 
 @dataclass(frozen=True)
@@ -60,12 +78,20 @@ class NodeProfileConfig:
     min_runs: int = 10
     max_runs: int = 500
     window_s: float = 3.0
+    sessions: int = 3
+    blocks: int = 3
+    stable_pct: float = 3.0
+    max_extend: float = 3.0
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     reference: bool = False
 
     def __post_init__(self) -> None:
         check_optimization(self.graph_optimization)
+        if self.sessions < 1 or self.blocks < 1 or self.max_extend < 1 or self.stable_pct <= 0:
+            raise ValueError(
+                "sessions, blocks and max_extend must be at least 1, stable_pct positive"
+            )
 
 
 @dataclass
@@ -90,6 +116,7 @@ class NodeProfile:
     kernel_sum_ms: float
     ops: list[OpProfile]
     kernels: list[KernelProfile]
+    stability: dict
     reference: dict | None
     inputs: list[dict]
     environment: dict
@@ -116,32 +143,56 @@ def profile_nodes(
     report(0.0, "analyzing the model")
     model = named_model(source)
     analysis = analyze_model(model, AnalysisConfig(input_shapes=dict(config.input_shapes)))
-    report(0.05, "creating the onnxruntime sessions")
+    count = config.sessions if model.ByteSize() <= LARGE_MODEL_BYTES else 1
+    report(0.05, f"creating the onnxruntime sessions ({count} profiled)")
     with tempfile.TemporaryDirectory(prefix="workbench-profile-") as tmp:
-        session = open_session(
-            model,
-            threads=config.threads,
-            optimization=config.graph_optimization,
-            profile_prefix=os.path.join(tmp, "ort"),
-        )
+        sessions = [
+            open_session(
+                model,
+                threads=config.threads,
+                optimization=config.graph_optimization,
+                profile_prefix=os.path.join(tmp, f"ort{i}"),
+            )
+            for i in range(count)
+        ]
         plain = None
         if config.reference:
             plain = open_session(
                 model, threads=config.threads, optimization=config.graph_optimization
             )
-        feeds, specs = make_inputs(session, config.input_shapes, config.seed)
+        feeds, specs = make_inputs(sessions[0], config.input_shapes, config.seed)
         try:
-            wall_ms, plain_ms = _run(session, plain, feeds, config, report)
+            wall_ms, plain_ms, block_runs = _run(sessions, plain, feeds, config, report)
         finally:
-            trace_path = session.end_profiling()
-        events = json.loads(Path(trace_path).read_text())
+            paths = [session.end_profiling() for session in sessions]
+        traces = [json.loads(Path(path).read_text()) for path in paths]
         report(0.8, "timing the whole model with the profiler off")
-        latency_ms, plain_after_ms = _time_unprofiled(session, plain, feeds, config)
+        latency_ms, plain_after_ms = _time_unprofiled(sessions, plain, feeds, config)
     report(0.97, "reading the profiler trace")
-    trace = parse_trace(events, skip_runs=config.warmup_runs)
+    trace = interleave([parse_trace(events, skip_runs=config.warmup_runs) for events in traces])
+    stretch = quietest_stretch(
+        [us / 1e3 for us in trace.runs_us], block_runs, config.blocks, config.stable_pct
+    )
+    recorded = len(trace.runs_us)
+    trace = trace.subset(range(stretch.start, min(stretch.stop, recorded)))
     central = central_runs(trace.runs_us)
     kernels, ops = attribute_kernels(trace.kernels, analysis, central)
     warnings = list(analysis.warnings)
+    if count < config.sessions:
+        warnings.append(
+            f"the model is over {LARGE_MODEL_BYTES >> 30} GiB: profiled in one session instead "
+            f"of {config.sessions}, so per-op times may differ by the session's memory "
+            "placement in a repeated profile"
+        )
+    if not stretch.stable:
+        medians = stretch.block_medians_ms
+        warnings.append(
+            f"the machine's load changed while profiling: blocks of {block_runs} runs took "
+            f"{min(medians):.3f} to {max(medians):.3f} ms (median) over "
+            f"{len(wall_ms)} runs, more than {config.stable_pct:g}% apart, even after "
+            f"extending the window; per-op figures come from the least disturbed "
+            f"{len(trace.runs_us)} runs. Profile again when the machine is quieter."
+        )
     unmapped = [k.name for k in kernels if not k.nodes]
     if unmapped:
         warnings.append(
@@ -167,6 +218,12 @@ def profile_nodes(
         kernel_sum_ms=sum(k.latency_us for k in kernels) / 1e3,
         ops=ops,
         kernels=kernels,
+        stability={
+            **stretch.to_dict(),
+            "recorded_runs": recorded,
+            "tolerance_pct": config.stable_pct,
+            "sessions": count,
+        },
         reference=_reference(whole, wall_ms, plain_ms, plain_after_ms) if plain_ms else None,
         inputs=specs,
         environment=environment(config.threads, config.graph_optimization, load_before),
@@ -188,41 +245,69 @@ def named_model(source: ModelSource) -> onnx.ModelProto:
     return model
 
 
-def _run(session, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
+def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
+    """Profiled runs, by turns over ``sessions`` (and the plain session after each); the
+    block size once the first window was filled."""
     for i in range(config.warmup_runs):
         report(0.06, f"warm-up {i + 1}/{config.warmup_runs}")
-        run_once(session, feeds)
+        for session in sessions:
+            run_once(session, feeds)
         if plain is not None:
             run_once(plain, feeds)
     wall_ms: list[float] = []
     plain_ms: list[float] = []
+    block_runs = 0  # set once the first window is filled
+    limit = int(config.max_runs * config.max_extend)
+    longest = config.window_s * config.max_extend
     started = time.perf_counter()
-    while len(wall_ms) < config.max_runs:
+    while len(wall_ms) < limit:
         t0 = time.perf_counter()
-        run_once(session, feeds)
+        run_once(sessions[len(wall_ms) % len(sessions)], feeds)
         wall_ms.append((time.perf_counter() - t0) * 1e3)
         if plain is not None:
             t0 = time.perf_counter()
             run_once(plain, feeds)
             plain_ms.append((time.perf_counter() - t0) * 1e3)
         elapsed = time.perf_counter() - started
-        if window_filled(len(wall_ms), elapsed, config.window_s, config.min_runs):
-            break
-        report(
-            0.07 + 0.7 * min(elapsed / config.window_s, 0.99),
-            f"profiling: {len(wall_ms)} runs, median {float(np.median(wall_ms)):.3f} ms",
+        first_window_done = len(wall_ms) >= config.max_runs or window_filled(
+            len(wall_ms), elapsed, config.window_s, config.min_runs
         )
-    return wall_ms, plain_ms
+        if not block_runs and first_window_done:
+            block_runs = -(-len(wall_ms) // config.blocks)
+        if block_runs and len(wall_ms) % block_runs == 0:
+            medians = block_medians(wall_ms, block_runs)[-config.blocks :]
+            if agree(medians, config.stable_pct) or elapsed >= longest:
+                break
+            report(
+                _fraction(elapsed, config),
+                f"profiling: the machine's load changed (blocks of {block_runs} runs: "
+                f"{min(medians):.3f} to {max(medians):.3f} ms), extending the window",
+            )
+        elif not block_runs:
+            report(
+                _fraction(elapsed, config),
+                f"profiling: {len(wall_ms)} runs, median {float(np.median(wall_ms)):.3f} ms",
+            )
+    return wall_ms, plain_ms, block_runs or max(1, -(-len(wall_ms) // config.blocks))
 
 
-def _time_unprofiled(session, plain, feeds, config: NodeProfileConfig):
-    """The profiled session's runs after ``end_profiling`` (and the plain session's,
-    interleaved): half a window, at least ``min_runs`` each."""
+def _fraction(elapsed_s: float, config: NodeProfileConfig) -> float:
+    """Progress: the first window takes 0.07-0.57, an extension up to 0.77."""
+    first = min(elapsed_s / config.window_s, 1.0)
+    extra_s = config.window_s * (config.max_extend - 1)
+    extended = min(max(elapsed_s - config.window_s, 0.0) / extra_s, 0.99) if extra_s else 0.0
+    return 0.07 + 0.5 * first + 0.2 * extended
+
+
+def _time_unprofiled(sessions, plain, feeds, config: NodeProfileConfig):
+    """The profiled sessions' runs after ``end_profiling``, by turns (and the plain
+    session's, interleaved): half a window, at least ``min_runs`` each."""
     window = config.window_s / 2
     session_ms: list[float] = []
     plain_ms: list[float] = []
     started = time.perf_counter()
     while len(session_ms) < config.max_runs:
+        session = sessions[len(session_ms) % len(sessions)]
         for runner, times in ((session, session_ms), (plain, plain_ms)):
             if runner is not None:
                 t0 = time.perf_counter()

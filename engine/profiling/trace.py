@@ -12,18 +12,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.profiling.session import harrell_davis_median
+
 KERNEL_SUFFIX = "_kernel_time"
 
 
 @dataclass
 class KernelSamples:
     """One executed kernel: its onnxruntime op type and its time (us) in each run it ran in
-    (``runs`` holds those runs' indices)."""
+    (``runs`` holds those runs' indices, ``sessions`` the session each ran in; empty: all
+    in one)."""
 
     name: str
     op_type: str
     samples_us: list[float] = field(default_factory=list)
     runs: list[int] = field(default_factory=list)
+    sessions: list[int] = field(default_factory=list)
+
+    def median_us(self) -> float:
+        """The median time per session (Harrell-Davis, see
+        :func:`engine.profiling.session.harrell_davis_median`), averaged over the sessions:
+        within a session the median ignores runs another process slowed down; across
+        sessions the mean averages
+        the memory placements (see :mod:`engine.profiling.nodes`) instead of letting the
+        median jump to whichever placement most sessions happened to get."""
+        per_session: dict[int, list[float]] = {}
+        for t, s in zip(self.samples_us, self.sessions or [0] * len(self.samples_us),
+                        strict=True):  # fmt: skip
+            per_session.setdefault(s, []).append(t)
+        return float(np.mean([harrell_davis_median(v) for v in per_session.values()]))
 
     def mean_over(self, runs: set[int]) -> float:
         """Mean time per run over ``runs`` (0 in a run it did not run in)."""
@@ -37,6 +54,19 @@ class Trace:
 
     runs_us: list[float]
     kernels: list[KernelSamples]
+
+    def subset(self, runs: range) -> Trace:
+        """The runs in ``runs`` only, renumbered from 0."""
+        kernels = []
+        for k in self.kernels:
+            sessions = k.sessions or [0] * len(k.runs)
+            kept = [(t, r - runs.start, s)
+                    for t, r, s in zip(k.samples_us, k.runs, sessions, strict=True)
+                    if r in runs]  # fmt: skip
+            if kept:
+                times, indices, owners = (list(column) for column in zip(*kept, strict=True))
+                kernels.append(KernelSamples(k.name, k.op_type, times, indices, owners))
+        return Trace([self.runs_us[i] for i in runs], kernels)
 
 
 def parse_trace(events: list[dict], skip_runs: int = 0) -> Trace:
@@ -61,6 +91,24 @@ def parse_trace(events: list[dict], skip_runs: int = 0) -> Trace:
             kernels[name].samples_us.append(duration)
             kernels[name].runs.append(index)
     return Trace([float(r["dur"]) for r in runs], list(kernels.values()))
+
+
+def interleave(traces: list[Trace]) -> Trace:
+    """One trace of several sessions' traces whose runs went by turns: run ``j`` of session
+    ``k`` of ``n`` becomes run ``j * n + k``. Kernels keep the first session's order."""
+    n = len(traces)
+    total = sum(len(t.runs_us) for t in traces)
+    runs_us = [0.0] * total
+    kernels: dict[str, KernelSamples] = {}
+    for k, trace in enumerate(traces):
+        for j, duration in enumerate(trace.runs_us):
+            runs_us[j * n + k] = duration
+        for kernel in trace.kernels:
+            merged = kernels.setdefault(kernel.name, KernelSamples(kernel.name, kernel.op_type))
+            merged.samples_us.extend(kernel.samples_us)
+            merged.runs.extend(r * n + k for r in kernel.runs)
+            merged.sessions.extend([k] * len(kernel.runs))
+    return Trace(runs_us, list(kernels.values()))
 
 
 def central_runs(runs_us: list[float]) -> set[int]:

@@ -3,13 +3,17 @@ assertions on times are loose; the strict agreement figures are in bench/profile
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 from onnx import helper
 from onnx_builders import build, weight
 
 from engine.errors import Cancelled, EngineError
+from engine.profiling.latency import quietest_stretch
 from engine.profiling.nodes import NodeProfileConfig, profile_nodes
-from engine.profiling.trace import KernelSamples, central_runs, parse_trace
+from engine.profiling.session import harrell_davis_median
+from engine.profiling.trace import KernelSamples, Trace, central_runs, interleave, parse_trace
 
 QUICK = NodeProfileConfig(window_s=0.2, min_runs=5, warmup_runs=2)
 
@@ -180,3 +184,73 @@ def test_central_runs_leave_out_the_slow_and_the_fast():
     assert central_runs([5.0]) == {0}
     kernel = KernelSamples("k", "Conv", [1.0, 2.0, 9.0], [0, 1, 3])
     assert kernel.mean_over({0, 1, 2}) == pytest.approx(1.0)  # run 2: not run, counts 0
+
+
+def test_a_profile_pools_runs_by_turns_over_several_sessions(profile):
+    assert profile.stability["sessions"] == QUICK.sessions == 3
+    assert profile.stability["stable"] in (True, False)
+    assert profile.runs == profile.stability["stop"] - profile.stability["start"]
+    assert profile.runs <= profile.stability["recorded_runs"]
+
+
+def test_interleaved_traces_number_runs_by_turns_and_remember_sessions():
+    first = Trace([10.0, 11.0], [KernelSamples("a", "Conv", [1.0, 2.0], [0, 1])])
+    second = Trace([20.0], [KernelSamples("a", "Conv", [5.0], [0]), KernelSamples("b", "Relu", [3.0], [0])])  # fmt: skip
+    merged = interleave([first, second])
+    assert merged.runs_us == [10.0, 20.0, 11.0]
+    a, b = merged.kernels
+    assert (a.name, a.runs, a.sessions, a.samples_us) == (
+        "a",
+        [0, 2, 1],
+        [0, 0, 1],
+        [1.0, 2.0, 5.0],
+    )
+    assert (b.name, b.runs, b.sessions) == ("b", [1], [1])
+    kept = merged.subset(range(1, 3))
+    assert kept.runs_us == [20.0, 11.0]
+    assert [(k.name, k.runs, k.sessions) for k in kept.kernels] == [("a", [1, 0], [0, 1]), ("b", [0], [1])]  # fmt: skip
+
+
+def test_an_op_median_averages_the_sessions_medians():
+    kernel = KernelSamples("a", "Gemm", [100.0, 102.0, 98.0, 200.0, 202.0, 198.0], [0] * 6, [0, 0, 0, 1, 1, 1])  # fmt: skip
+    assert kernel.median_us() == pytest.approx(150.0)
+
+
+def test_harrell_davis_median_is_smooth_where_the_sample_median_jumps():
+    assert harrell_davis_median([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(3.0)
+    assert harrell_davis_median([7.0]) == 7.0
+    # an op whose runs fall into two groups: one run more in the slow group moves the
+    # sample median across the gap, the Harrell-Davis median only part of the way
+    fast, slow = [300.0] * 10, [500.0] * 9
+    before, after = fast + slow, fast[:-1] + slow + [500.0]
+    assert statistics.median(after) - statistics.median(before) == 200.0
+    assert 0 < harrell_davis_median(after) - harrell_davis_median(before) < 100.0
+
+
+def test_the_quietest_stretch_skips_blocks_another_process_slowed_down():
+    quiet, loaded = [10.0] * 4, [14.0] * 4
+    stretch = quietest_stretch(loaded + quiet + quiet + quiet + loaded, 4, 3, 3.0)
+    assert (stretch.start, stretch.stop, stretch.stable) == (4, 16, True)
+    assert stretch.block_medians_ms == [14.0, 10.0, 10.0, 10.0, 14.0]
+    # the last blocks agree: they are taken, even if slower than earlier ones
+    assert quietest_stretch(quiet + loaded * 3, 4, 3, 3.0).start == 4
+    # never steady: the least disturbed stretch, flagged
+    ramp = [10.0] * 4 + [12.0] * 4 + [14.0] * 4 + [16.0] * 4
+    stretch = quietest_stretch(ramp, 4, 3, 3.0)
+    assert (stretch.start, stretch.stable) == (0, False)
+    # fewer runs than blocks: all of them
+    assert quietest_stretch([1.0, 1.0], 1, 3, 3.0).stop == 2
+
+
+def test_a_load_change_extends_the_window_and_warns():
+    # a tolerance no real machine meets: the window grows to its limit and the profile says so
+    config = NodeProfileConfig(window_s=0.1, min_runs=6, warmup_runs=1, stable_pct=1e-9, max_extend=2.0)  # fmt: skip
+    result = profile_nodes(small_cnn(), config)
+    assert result.stability["recorded_runs"] > result.runs
+    assert not result.stability["stable"]
+    assert any("load changed while profiling" in w for w in result.warnings)
+
+
+def test_bad_repetition_settings_are_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        NodeProfileConfig(sessions=0)
