@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fusion import CompileConfig, compile_model  # noqa: E402
 from engine.zoo import ZOO, build  # noqa: E402
+from engine.zoo.builder import decompose_layer_norms  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -40,6 +41,10 @@ def model_paths(work: Path) -> dict[str, Path]:
         path = work / f"{name}.onnx"
         onnx.save(build(name), str(path))
         paths[name] = path
+    # BERT as exporters below opset 17 write its layer norms (the layer-norm rule's case)
+    path = work / "bert_small_ln_decomposed.onnx"
+    onnx.save(decompose_layer_norms(build("bert_small")), str(path))
+    paths[path.stem] = path
     return paths
 
 

@@ -26,7 +26,7 @@ import onnx
 
 from engine.accuracy.errors import CandidateError
 from engine.accuracy.fp16 import convert_to_fp16
-from engine.errors import EngineError
+from engine.errors import EngineError, error_line
 from engine.graph.loader import load_model
 
 
@@ -127,7 +127,7 @@ class OrtCandidate:
             values = session.run(None, feeds)
         except Exception as e:  # onnxruntime raises its own untyped errors
             raise CandidateError(
-                f"{self.name}: onnxruntime failed to run: {_first_line(e)}", stage="run"
+                f"{self.name}: onnxruntime failed to run: {error_line(e)}", stage="run"
             ) from e
         results = dict(zip([o.name for o in session.get_outputs()], values, strict=True))
         for name, elem in self._narrow_outputs.items():
@@ -168,7 +168,7 @@ class OrtCandidate:
                 )
             except Exception as e:
                 raise CandidateError(
-                    f"{self.name}: onnxruntime cannot load the model: {_first_line(e)}",
+                    f"{self.name}: onnxruntime cannot load the model: {error_line(e)}",
                     stage="import",
                 ) from e
         return self._sessions[extra]
@@ -193,7 +193,7 @@ class ReferenceEvaluatorCandidate:
             try:
                 self._evaluator = ReferenceEvaluator(self.model)
             except Exception as e:  # unsupported op, bad attribute: whatever it raises
-                raise CandidateError(f"{self.name}: {_first_line(e)}", stage="import") from e
+                raise CandidateError(f"{self.name}: {error_line(e)}", stage="import") from e
         try:
             wanted = set(self._evaluator.input_names)
             feeds = {k: v for k, v in feeds.items() if k in wanted}
@@ -202,7 +202,7 @@ class ReferenceEvaluatorCandidate:
                 return dict(zip(self._outputs, values, strict=True))
             results = self._evaluator.run(None, feeds, intermediate=True)
         except Exception as e:  # the evaluator raises whatever numpy or an op raises
-            raise CandidateError(f"{self.name} failed: {_first_line(e)}", stage="run") from e
+            raise CandidateError(f"{self.name} failed: {error_line(e)}", stage="run") from e
         keep = set(tensors) | set(self._outputs)
         return {k: v for k, v in results.items() if k in keep}
 
@@ -335,11 +335,6 @@ def _carry(array, elem: int | None):
     if elem is None:
         return array
     return np.asarray(array).astype(onnx.helper.tensor_dtype_to_np_dtype(_CARRIER[elem]))
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:400]
 
 
 register_candidate("ort", ort_candidate)

@@ -406,7 +406,11 @@ def _plan_rules(model, fallback, spec, names, origin, report):
         if rule is None:
             raise EngineError(f"unknown fusion rule '{name}'", code="usage")
         report(0.2, f"trying fusion rule {name}")
-        candidate, rewrites = rule(model)
+        try:
+            candidate, rewrites = rule(model)
+        except rules.RuleNotApplicable as e:
+            fusion.stages.append(plan.FusionStage(name, count, traffic, note=f"not applied: {e}"))
+            continue
         if not rewrites:
             fusion.stages.append(plan.FusionStage(name, count, traffic, note="nothing to rewrite"))
             continue

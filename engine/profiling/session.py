@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from engine.errors import EngineError, InvalidModelError, ShapeError
+from engine.errors import EngineError, InvalidModelError, ShapeError, error_line
 from engine.graph.loader import ModelSource
 from engine.targets.host import describe_host
 
@@ -64,7 +64,9 @@ def open_session(
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
-        raise InvalidModelError(f"onnxruntime could not load the model: {_first_line(e)}") from e
+        raise InvalidModelError(
+            f"onnxruntime could not load the model: {error_line(e, 300)}"
+        ) from e
 
 
 def make_inputs(
@@ -99,7 +101,7 @@ def run_once(session, feeds: dict) -> None:
         session.run(None, feeds)
     except Exception as e:
         raise InvalidModelError(
-            f"onnxruntime failed while running the model: {_first_line(e)}"
+            f"onnxruntime failed while running the model: {error_line(e, 300)}"
         ) from e
 
 
@@ -158,8 +160,3 @@ def harrell_davis_median(samples: Sequence[float]) -> float:
     a = (n + 1) / 2
     edges = betainc(a, a, np.arange(n + 1) / n)
     return float(np.dot(np.diff(edges), ordered))
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]

@@ -214,3 +214,41 @@ class ModelBuilder:
         model.graph.output.extend(inferred.graph.output)
         onnx.checker.check_model(model, full_check=True)
         return model
+
+
+def decompose_layer_norms(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose LayerNormalization nodes (last axis, with scale and bias)
+    are written out as exporters below opset 17 write them (PyTorch's among them):
+    ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add. For the ``layer-norm``
+    fusion rule's benchmark: the same model in the form real exports arrive in."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes: list[onnx.NodeProto] = []
+    extra: list[onnx.TensorProto] = []
+    for node in out.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type != "LayerNormalization" or attrs.get("axis", -1) != -1 or len(node.input) < 3:  # fmt: skip
+            nodes.append(node)
+            continue
+        x, scale, bias = node.input[:3]
+        p = node.name
+
+        def op(kind: str, inputs: list[str], suffix: str, p: str = p, **kw) -> str:
+            name = f"{p}__{suffix}"
+            nodes.append(helper.make_node(kind, inputs, [name], name=name, **kw))
+            return name
+
+        extra += [
+            numpy_helper.from_array(np.array(2.0, np.float32), f"{p}__two"),
+            numpy_helper.from_array(np.array(attrs.get("epsilon", 1e-5), np.float32), f"{p}__eps"),
+        ]
+        mean = op("ReduceMean", [x], "mean", axes=[-1])
+        centred = op("Sub", [x, mean], "centred")
+        var = op("ReduceMean", [op("Pow", [centred, f"{p}__two"], "square")], "var", axes=[-1])
+        std = op("Sqrt", [op("Add", [var, f"{p}__eps"], "var_eps")], "std")
+        scaled = op("Mul", [op("Div", [centred, std], "normed"), scale], "scaled")
+        nodes.append(helper.make_node("Add", [scaled, bias], [node.output[0]], name=p))
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(extra)
+    return out

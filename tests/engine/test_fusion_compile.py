@@ -297,3 +297,19 @@ def test_a_build_runs_on_as_many_threads_as_asked(save, tmp_path):
     config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": wanted})
     compile_model(save(conv_relu_conv()), config)
     assert tvm.get_global_func("runtime.NumThreads")() == wanted
+
+
+def test_a_decomposed_layer_norm_compiles_to_fewer_kernels_than_fuseops(save, tmp_path):
+    from test_fusion_rules import decomposed_layer_norm
+
+    model = decomposed_layer_norm(13)
+    data = compile_model(save(model), CompileConfig(str(tmp_path / "o"), **FAST)).to_dict()
+    fusion = data["fusion"]
+    stages = {s["name"]: s for s in fusion["stages"]}
+    assert stages["layer-norm"]["accepted"] and stages["layer-norm"]["rewrites"] == 1
+    assert fusion["kernel_count"] < fusion["kernel_count_fuseops"]
+    assert fusion["traffic_bytes"] < fusion["traffic_bytes_fuseops"]
+    assert data["outputs_match"] is True
+    # every node of the pattern is accounted for in a kernel
+    names = {n for k in data["kernels"] for n in k["nodes"]}
+    assert {"mean", "variance", "sqrt", "normalize", "shift"} <= names

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 from onnx_builders import build
 
-from engine.fusion.rules import horizontal, sink_reshape, sum_to_add
+from engine.fusion.rules import horizontal, layer_norm, sink_reshape, sum_to_add
 
 
 def _random(name, shape, seed):
@@ -160,3 +161,72 @@ def test_sink_reshape_leaves_ops_with_other_shaped_operands_alone():
         [shape, _random("bias", (4,), 3)],  # broadcasts over rows: layout-dependent
     )
     assert sink_reshape(model) == (model, [])
+
+
+def decomposed_layer_norm(opset=13, *, square="Pow", affine=True, axes_input=False, tap=False):
+    """x[2,5,16] + r -> LayerNorm as exporters below opset 17 write it -> y (and with
+    ``tap`` the centred value as a second output, which forbids the rewrite)."""
+    width = 16
+    axes = {} if axes_input else {"axes": [-1]}
+    reduce_inputs = ["axes"] if axes_input else []
+    nodes = [
+        helper.make_node("Add", ["x", "r"], ["h"], name="residual"),
+        helper.make_node("ReduceMean", ["h", *reduce_inputs], ["mu"], name="mean", **axes),
+        helper.make_node("Sub", ["h", "mu"], ["d"], name="centre"),
+        helper.make_node("Pow", ["d", "two"], ["sq"], name="square")
+        if square == "Pow"
+        else helper.make_node("Mul", ["d", "d"], ["sq"], name="square"),
+        helper.make_node("ReduceMean", ["sq", *reduce_inputs], ["var"], name="variance", **axes),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="add_eps"),
+        helper.make_node("Sqrt", ["ve"], ["std"], name="sqrt"),
+        helper.make_node("Div", ["d", "std"], ["n" if affine else "y"], name="normalize"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+    ]
+    if axes_input:
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+    if affine:
+        nodes += [
+            helper.make_node("Mul", ["n", "gamma"], ["g"], name="scale"),
+            helper.make_node("Add", ["g", "beta"], ["y"], name="shift"),
+        ]
+        inits += [_random("gamma", (width,), 1), _random("beta", (width,), 2)]
+    outputs = [("y", [2, 5, width])] + ([("d", [2, 5, width])] if tap else [])
+    inputs = [("x", [2, 5, width]), ("r", [2, 5, width])]
+    return build(nodes, inputs, outputs, inits, opset=opset)
+
+
+LN_FEEDS = {
+    "x": np.random.default_rng(3).standard_normal((2, 5, 16)).astype(np.float32) * 3 + 1,
+    "r": np.random.default_rng(4).standard_normal((2, 5, 16)).astype(np.float32),
+}
+
+
+@pytest.mark.parametrize(
+    "opset, options",
+    [(13, {}), (17, {}), (13, {"square": "Mul"}), (18, {"axes_input": True}), (13, {"affine": False})],
+)  # fmt: skip
+def test_a_decomposed_layer_norm_becomes_one_node_computing_the_same(opset, options):
+    model = decomposed_layer_norm(opset, **options)
+    fused, rewrites = layer_norm(model)
+    onnx.checker.check_model(fused, full_check=True)
+    chain = ["mean", "centre", "square", "variance", "add_eps", "sqrt", "normalize"]
+    chain += ["scale", "shift"] if options.get("affine", True) else []
+    assert [r["nodes"] for r in rewrites] == [chain]
+    assert [n.op_type for n in fused.graph.node] == ["Add", "LayerNormalization"]
+    assert max(o.version for o in fused.opset_import if o.domain in ("", "ai.onnx")) >= 17
+    (expected,) = _run(model, LN_FEEDS)
+    (got,) = _run(fused, LN_FEEDS)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_layer_norm_whose_intermediate_is_read_elsewhere_is_left_alone():
+    model = decomposed_layer_norm(tap=True)
+    assert layer_norm(model) == (model, [])
+
+
+def test_a_model_without_the_pattern_is_returned_as_it_is():
+    model = qkv_model()
+    assert layer_norm(model) == (model, [])
