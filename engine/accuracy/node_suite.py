@@ -477,7 +477,9 @@ def _run_isolated(candidate, options, cases, thresholds, isolation, done) -> lis
                     if found is not None:
                         results[found[0]] = found[1]
                         done(found[1])
-                    if worker is not None and not worker.process.is_alive():
+                    # A worker that died after collect() looked keeps its job: the next
+                    # round's collect() reports the crash instead of losing the case.
+                    if worker is not None and not worker.job and not worker.process.is_alive():
                         worker.close()
                         workers[k] = None
         finally:
