@@ -99,7 +99,7 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str) -
         "outputs_match": data["outputs_match"],
         "tuning": {
             k: data["tuning"].get(k)
-            for k in ("trials", "tasks_tuned", "records_used", "improved", "seconds")
+            for k in ("trials", "tasks_tuned", "records_used", "improved", "seconds", "end_to_end")
         },
         "timings_s": data["timings_s"],
     }

@@ -135,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=float, default=3.0, help="profiling window, seconds")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--sessions", type=int, default=3, help="profiled sessions per model")
     parser.add_argument("--models", help="comma-separated names (default: all light models)")
     parser.add_argument("--zoo", action="store_true", help="add engine.zoo's models")
     parser.add_argument("--out", help="also write the JSON here")
@@ -143,7 +144,9 @@ def main() -> None:
     started = time.perf_counter()
     load_before = load_average()
     roofs = measure_roofs(args.threads)
-    config = NodeProfileConfig(threads=args.threads, window_s=args.window, reference=True)
+    config = NodeProfileConfig(
+        threads=args.threads, window_s=args.window, reference=True, sessions=args.sessions
+    )
     chosen = models(args.models.split(",") if args.models else None, args.zoo)
     # Two rounds over all models, not two profiles back to back: a change in the machine's
     # load then spreads over every model instead of skewing one.
@@ -215,7 +218,12 @@ def main() -> None:
     ratios = [m["ratio"] for m in calibration["models"].values()]
     loo_ratios = [m["loo_ratio"] for m in calibration["models"].values() if m["loo_ratio"]]
     report = {
-        "config": {"window_s": args.window, "threads": args.threads, "optimization": "extended"},
+        "config": {
+            "window_s": args.window,
+            "threads": args.threads,
+            "sessions": args.sessions,
+            "optimization": "extended",
+        },
         "roofs": roofs.to_dict(),
         "models": results,
         "calibration": calibration,

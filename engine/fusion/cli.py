@@ -83,6 +83,18 @@ def _run_compile(args: argparse.Namespace) -> int:
         for key in _SUMMARY_KEYS:
             print(f"{key:<24} {data[key]}")
         print(f"{'fallback_nodes':<24} {len(data['fallback_nodes'])}")
+        tuning = data["tuning"]
+        if tuning.get("trials") or tuning.get("records_used"):
+            print(
+                f"{'tuning':<24} {tuning['trials']} trials in {tuning['seconds']} s, "
+                f"{tuning['records_used']} stored records applied"
+            )
+        check = tuning.get("end_to_end")
+        if check and check.get("checked"):
+            print(
+                f"{'whole_model_check':<24} kept {check['kept']} schedules "
+                f"(tuned {check['tuned_ms']} ms, default {check['default_ms']} ms)"
+            )
     return EXIT_OK
 
 

@@ -14,6 +14,9 @@ ResNet-50 left 24 of 49 tasks untouched and the model 50x slower than onnxruntim
    record seeds the search of a workload tuned again under a larger budget.
 4. A tuned schedule replaces the default only where it measured faster, and the
    outcome (best record, default and tuned time, budget) goes back to the store.
+5. ``compile_model`` then times the whole model with the tuned kernels and with the
+   defaults, keeps the faster build and stores that outcome under the set of tuned
+   kernels (:func:`tuned_set_key`): kernels faster alone can make the model slower.
 
 Progress reports trials, tasks done and the estimated model latency so far; raising
 :class:`engine.errors.Cancelled` from the progress callback stops tuning and propagates.
@@ -26,6 +29,7 @@ import math
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +42,9 @@ _TRIALS_PER_ITER = 8
 # Measured here: a trial (LLVM build + run) of a SqueezeNet convolution takes ~2 s on two
 # busy cores (~3 s before the builders skipped the tensor intrinsics, see below).
 _TRIALS_PER_MINUTE = 30
+# A minutes-only budget still needs trial caps for MetaSchedule: per task, this many
+# (small models stop early instead of measuring one kernel for the whole budget).
+_MAX_TRIALS_PER_TASK = 512
 _BUILD_TIMEOUT_S = 60.0  # per candidate; twice MetaSchedule's default, for a loaded machine
 _TRIALS_PER_TASK = 32  # at least 4 search rounds per tuned task, or it rarely beats ours
 # MetaSchedule's defaults (population 512, 4 genetic rounds) cost ~15 s of search per
@@ -69,8 +76,16 @@ class _Workload:
     trials: int = 0  # trials measured for it in this run
 
 
-def tune_segments(segments, spec, store: RecordStore, budget: TuningBudget, progress: ProgressFn):
-    """Returns (summary, {workload key: tuned PrimFunc}) for :func:`build.build_segment`."""
+def tune_segments(
+    segments,
+    spec,
+    store: RecordStore,
+    budget: TuningBudget,
+    progress: ProgressFn,
+    build_timeout_s: float = 600.0,
+):
+    """Returns (summary, {workload key: tuned PrimFunc}) for :func:`build.build_segment`.
+    A segment whose default build does not finish in ``build_timeout_s`` is not tuned."""
     import tvm
 
     from engine.fusion.lowering import fuse_tir
@@ -105,7 +120,7 @@ def tune_segments(segments, spec, store: RecordStore, budget: TuningBudget, prog
     for w in workloads.values():
         w.default_us = None  # measured again on this machine, now
     for seg, mod in modules:
-        _time_defaults(seg, mod, spec, workloads)
+        _time_defaults(seg, mod, spec, workloads, build_timeout_s)
     pending = [w for w in workloads.values() if w.budget_trials < affordable]
     todo = _select(pending, max(1, affordable // _TRIALS_PER_TASK))
     started = time.perf_counter()
@@ -137,6 +152,25 @@ def workload_key(mod) -> str:
     import tvm_ffi
 
     return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def tuned_set_key(tuned: dict, build: str) -> str:
+    """The store key of the whole-model check of one build (``build`` names the model and
+    how it was compiled) with one set of tuned kernels ({workload key: PrimFunc}): a
+    different record for any of them is a different set."""
+    import hashlib
+
+    import tvm_ffi
+
+    text = (
+        build
+        + "\n"
+        + ",".join(
+            f"{key}:{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
+            for key, func in sorted(tuned.items())
+        )
+    )
+    return "model-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _chosen(workloads) -> dict:
@@ -183,30 +217,34 @@ def _apply_trace(mod, trace):
     return sch.mod["main"].with_attr("tir.is_scheduled", True)
 
 
-def _time_defaults(seg, mod, spec, workloads) -> None:
-    """Compile with default schedules and time every kernel call on this machine."""
+def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
+    """Build with default schedules and time every kernel call on this machine. The build
+    runs in a forked child with a time limit, as the compile's own builds do (TVM's
+    compiler can hang); a segment whose build fails or times out stays unmeasured."""
     import tvm
-    from tvm import relax
+    from tvm.runtime.vm import VirtualMachine
 
-    from engine.fusion.schedules import apply_default_schedules
+    from engine.fusion import forked
+    from engine.fusion.build import build_segment
     from engine.fusion.timing import kernel_times_us
 
-    target = spec.tvm_target()
-    scheduled, _ = apply_default_schedules(mod, target)
-    pipeline = relax.backend.cpu_generic.pipeline
-    lowering = tvm.transform.Sequential(
-        pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target)
-    )
-    vm = relax.VirtualMachine(
-        tvm.compile(scheduled, target, relax_pipeline=lowering), spec.device()
-    )
+    with tempfile.TemporaryDirectory(prefix="wb-defaults-") as tmp:
+        args = (seg, spec, Path(tmp), "defaults")
+        try:
+            if spec.kind == "cuda":  # a CUDA context does not survive a fork
+                built = build_segment(*args)
+            else:
+                built = forked.call_forked(build_segment, args, timeout_s=timeout_s)
+        except (forked.ChildTimeout, forked.ChildFailed):
+            return
+        # A fresh temporary path each time: the loader never confuses two builds.
+        vm = VirtualMachine(tvm.runtime.load_module(str(Path(tmp) / built.library)), spec.device())
     main = mod["main"]
     num_input = int(main.attrs["num_input"])
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(_random(p, rng), spec.device()) for p in main.params[:num_input]]
     args += [tvm.runtime.tensor(v, spec.device()) for v in seg.imported.params.values()]
-    names = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
-    times = kernel_times_us(vm, lambda: vm["main"](*args), names, runs=3)
+    times = kernel_times_us(vm, lambda: vm["main"](*args), built.kernel_names, runs=3)
     by_name = {}
     for (name, _), us in times.items():
         total, count = by_name.get(name, (0.0, 0))
@@ -249,9 +287,11 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
     if not todo:
         return 0
     _import_tensor_intrinsics()  # before TuneContext imports them the slow way
-    # With only minutes, the deadline ends tuning; the trial cap is one per second.
-    trials = budget.trials or max(_TRIALS_PER_ITER * len(todo), int(budget.minutes * 60))
-    deadline = time.perf_counter() + budget.minutes * 60 if budget.minutes else math.inf
+    # With only minutes, the deadline ends tuning, or the per-task cap on small models: a
+    # global cap of one trial a second ended 20-minute budgets after 7 to 17 minutes at
+    # 2 threads.
+    trials = budget.trials or _MAX_TRIALS_PER_TASK * len(todo)
+    per_task = trials if budget.trials else _MAX_TRIALS_PER_TASK
     total_us = sum(w.default_us * w.calls for w in todo)
     contexts = [
         ms.TuneContext(
@@ -264,7 +304,7 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
         )
         for w in todo
     ]
-    monitor = _monitor(todo, workloads, trials, deadline, progress)
+    monitor = _monitor(todo, workloads, budget, progress)
     database = ms.database.MemoryDatabase()
     for w in todo:
         if w.record is not None:  # tuned before under a smaller budget: search from there
@@ -282,7 +322,7 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
                 task_weights=[w.default_us * w.calls / total_us for w in todo],
                 work_dir=work_dir,
                 max_trials_global=trials,
-                max_trials_per_task=trials,
+                max_trials_per_task=per_task,
                 num_trials_per_iter=_TRIALS_PER_ITER,
                 builder=builder,
                 runner=runner,
@@ -386,7 +426,7 @@ def _estimate(workloads, tuned: bool) -> float:
     return round(total / 1e3, 3)
 
 
-def _monitor(todo, workloads, trials: int, deadline: float, progress: ProgressFn):
+def _monitor(todo, workloads, budget: TuningBudget, progress: ProgressFn):
     from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
 
@@ -398,6 +438,7 @@ def _monitor(todo, workloads, trials: int, deadline: float, progress: ProgressFn
             self.best_us: dict[int, float] = {}
             self.cancelled: Cancelled | None = None
             self.out_of_time = False
+            self.started = time.perf_counter()
 
         def apply(self, task_scheduler, task_id, candidates, builds, runs) -> None:
             self.trials += len(runs)
@@ -412,16 +453,24 @@ def _monitor(todo, workloads, trials: int, deadline: float, progress: ProgressFn
             rest = sum(
                 w.default_us * w.calls for w in workloads.values() if w not in todo and w.default_us
             )
+            elapsed = time.perf_counter() - self.started
+            if budget.trials:
+                done, spent = self.trials / budget.trials, f"{self.trials}/{budget.trials} trials"
+            else:
+                done, spent = 0.0, f"{self.trials} trials"
+            if budget.minutes:
+                done = max(done, elapsed / (budget.minutes * 60))
+                spent += f", {elapsed / 60:.1f} of {budget.minutes:g} min"
             message = (
-                f"tuning: {self.trials}/{trials} trials, {len(self.best_us)}/{len(todo)} tasks "
-                f"measured, estimated latency {(estimate + rest) / 1e3:.2f} ms"
+                f"tuning: {spent}, {len(self.best_us)}/{len(todo)} tasks measured, "
+                f"estimated latency {(estimate + rest) / 1e3:.2f} ms"
             )
             try:
-                progress(min(self.trials / max(trials, 1), 0.99), message)
+                progress(min(done, 0.99), message)
             except Cancelled as e:
                 self.cancelled = e
                 raise
-            if time.perf_counter() > deadline:
+            if budget.minutes and elapsed > budget.minutes * 60:
                 self.out_of_time = True
                 raise TimeoutError("tuning time budget spent")
 

@@ -36,10 +36,21 @@ def dense_model():
     return build(nodes, [("x", [32, 64])], [("y", [32, 16])], [w1, w2])
 
 
-def stored(store) -> list[dict]:
-    """The store's entries, the tuned one (it has records) first."""
+def stored(store, kind=None) -> list[dict]:
+    """The store's kernel entries, the tuned one (it has records) first; with ``kind``,
+    its entries of that kind (whole-model checks: "end-to-end")."""
     entries = [json.loads(p.read_text()) for p in store.glob("*/*.json")]
+    entries = [e for e in entries if e.get("kind") == kind]
     return sorted(entries, key=lambda e: -len(e["records"]))
+
+
+def kept_tuned(result: dict) -> bool:
+    """Whether the build uses tuned kernels: some beat their default schedule and the
+    whole-model check kept them."""
+    check = result["tuning"].get("end_to_end") or {"kept": "tuned"}
+    return bool(result["tuning"]["improved"] or result["tuning"]["records_used"]) and (
+        check["kept"] == "tuned"
+    )
 
 
 def test_second_compile_reuses_the_store_without_tuning(save, tmp_path):
@@ -59,8 +70,9 @@ def test_second_compile_reuses_the_store_without_tuning(save, tmp_path):
     assert tuned["budget_trials"] == left_out["budget_trials"] == SMALL
     assert tuned["default_us"] > left_out["default_us"] > 0
     assert first["outputs_match"] is True
-    # A record is used exactly when tuning beat the default schedule on this machine.
-    assert ("tuned" in {k["schedule"] for k in first["kernels"]}) == bool(tuning["improved"])
+    # A record is used when tuning beat the default schedule on this machine and the
+    # whole model measured no slower with it.
+    assert ("tuned" in {k["schedule"] for k in first["kernels"]}) == kept_tuned(first)
 
     for second in (compile_into("b", 0), compile_into("c", SMALL)):
         # Both kernels were settled under this budget: nothing is tuned again.
@@ -68,7 +80,9 @@ def test_second_compile_reuses_the_store_without_tuning(save, tmp_path):
         assert second["tuning"]["records_found"] == 2
         assert second["tuning"]["records_used"] == tuning["improved"]
         schedules = {k["schedule"] for k in second["kernels"]}
-        assert ("tuned" in schedules) == bool(tuning["improved"])
+        assert ("tuned" in schedules) == kept_tuned(first)
+        if tuning["improved"]:  # the first compile's whole-model check is reused
+            assert second["tuning"]["end_to_end"]["stored"] is True
         assert second["outputs_match"] is True
 
     # A larger budget tunes again, the search starting from the stored record.
@@ -126,3 +140,109 @@ def test_a_damaged_record_in_the_store_is_ignored_not_fatal():
     workload = Workload()
     assert _load_records({"w": workload}, Broken(), "t") == (0, 0)
     assert workload.record is None and workload.chosen is None
+
+
+def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_path, monkeypatch):
+    """Kernels that each beat their default schedule can still make the model slower:
+    the compile times the model both ways, keeps the faster and stores the outcome."""
+    from engine.fusion import compile as compile_module
+    from engine.fusion import tuning as tuning_module
+
+    path, store = save(dense_model()), tmp_path / "store"
+    # Every tuned kernel counts as faster than its default, so the set is never empty.
+    monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
+
+    def compile_into(name: str) -> dict:
+        config = CompileConfig(str(tmp_path / name), tune_trials=SMALL, tuning_store=store, **FAST)
+        return compile_model(path, config).to_dict()
+
+    timed = []
+    real_timing = compile_module._time_alternating
+
+    def tuned_slower(first, second, spec, config, report):
+        tuned_ms, default_ms, runs = real_timing(first, second, spec, config, report)
+        timed.append((tuned_ms, default_ms))
+        return default_ms * 2, default_ms, runs  # as if the tuned build were twice as slow
+
+    monkeypatch.setattr(compile_module, "_time_alternating", tuned_slower)
+    first = compile_into("a")
+    check = first["tuning"]["end_to_end"]
+    assert len(timed) == 1 and all(ms > 0 for ms in timed[0])
+    assert check["kept"] == "default" and check["stored"] is False and check["runs"] >= 3
+    assert "tuned" not in {k["schedule"] for k in first["kernels"]}
+    assert first["outputs_match"] is True
+    assert not (tmp_path / "a" / "artifact-default").exists()
+    (entry,) = stored(store, kind="end-to-end")
+    assert entry["kept"] == "default" and entry["tuned_us"] == 2 * entry["default_us"]
+
+    # The same tuned kernels again: the stored outcome decides, nothing is timed.
+    second = compile_into("b")
+    assert len(timed) == 1
+    assert second["tuning"]["end_to_end"] == {**check, "stored": True}
+    assert "tuned" not in {k["schedule"] for k in second["kernels"]}
+
+
+def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_path, monkeypatch):
+    from engine.fusion import compile as compile_module
+    from engine.fusion import tuning as tuning_module
+
+    monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
+    monkeypatch.setattr(
+        compile_module,
+        "_time_alternating",
+        lambda first, second, spec, config, report: (1.0, 2.0, 5),
+    )
+    store = tmp_path / "store"
+    config = CompileConfig(str(tmp_path / "a"), tune_trials=SMALL, tuning_store=store, **FAST)
+    result = compile_model(save(dense_model()), config).to_dict()
+    assert result["tuning"]["end_to_end"]["kept"] == "tuned"
+    assert "tuned" in {k["schedule"] for k in result["kernels"]}
+    assert result["outputs_match"] is True
+    assert sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir()) == ["artifact"]
+
+
+def test_the_cli_reports_tuning_and_the_whole_model_check(save, tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from engine.fusion import compile as compile_module
+    from engine.fusion import tuning as tuning_module
+    from engine.fusion.cli import add_commands
+
+    monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
+    monkeypatch.setattr(
+        compile_module, "_time_alternating", lambda first, second, spec, config, report: (3, 2, 5)
+    )
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    argv = ["compile", str(save(dense_model())), "--threads", "1", "--out", str(tmp_path / "o")]
+    argv += ["--tune-trials", str(SMALL), "--tuning-store", str(tmp_path / "store")]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert f"tuning                   {SMALL} trials in " in out
+    assert "whole_model_check        kept default schedules (tuned 3.0 ms, default 2.0 ms)" in out
+
+
+def test_a_default_build_that_hangs_during_tuning_is_ended(save, tmp_path, monkeypatch):
+    """Tuning first builds and times every segment with default schedules; that build has
+    the compile's time limit too (TVM's compiler can hang), and its kernels go untuned."""
+    import time
+
+    from engine.fusion import build as build_module
+
+    def hangs(*args, **kwargs):
+        time.sleep(120)
+
+    monkeypatch.setattr(build_module, "build_segment", hangs)  # tuning's import of it only
+    config = CompileConfig(
+        str(tmp_path / "a"),
+        tune_trials=SMALL,
+        tuning_store=tmp_path / "store",
+        build_timeout_s=5.0,
+        **FAST,
+    )
+    started = time.perf_counter()
+    result = compile_model(save(dense_model()), config).to_dict()
+    assert time.perf_counter() - started < 60
+    assert result["tuning"]["tasks_tuned"] == 0 and result["tuning"]["trials"] == 0
+    assert result["outputs_match"] is True and not result["fallback_nodes"]

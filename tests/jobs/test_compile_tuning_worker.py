@@ -4,11 +4,11 @@ processes start from it, and the records it writes to PostgreSQL serve the next 
 from __future__ import annotations
 
 import pytest
-from test_compile_tuning import TRIALS, write_dense_model
+from test_compile_tuning import TRIALS, kernel_rows, write_dense_model
 
 from jobs import pipeline
 from tests.conftest import wait_until
-from workbench.models import TERMINAL, Run, Target, TuningRecord
+from workbench.models import TERMINAL, Run, Target
 from workbench.uploads import store_model_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -40,9 +40,9 @@ def test_a_worker_tunes_into_the_database_and_the_next_run_reuses_it(
     start_worker()
     first = compile_on_worker(user, dense_file)
     assert first["tuning"]["trials"] == TRIALS and first["tuning"]["tasks_tuned"] == 1
-    assert TuningRecord.objects.get().budget_trials == TRIALS
+    assert kernel_rows().get().budget_trials == TRIALS
 
     second = compile_on_worker(other_user, dense_file)
     assert (second["tuning"]["trials"], second["tuning"]["records_found"]) == (0, 1)
     assert second["tuning"]["records_used"] == first["tuning"]["improved"]
-    assert TuningRecord.objects.get().hits == 1
+    assert kernel_rows().get().hits == 1
