@@ -265,3 +265,12 @@ def test_a_load_change_extends_the_window_and_warns(monkeypatch):
 def test_bad_repetition_settings_are_refused():
     with pytest.raises(ValueError, match="at least 1"):
         NodeProfileConfig(sessions=0)
+
+
+def test_block_medians_a_microsecond_apart_agree_on_a_tiny_model():
+    from engine.profiling.latency import agree
+
+    assert agree([0.020, 0.021, 0.0205], 3.0)  # 5% apart, but one microsecond
+    assert not agree([0.020, 0.025], 3.0)
+    assert agree([10.0, 10.2], 3.0) and not agree([10.0, 10.4], 3.0)
+    assert not agree([], 3.0)
