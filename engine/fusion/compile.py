@@ -200,7 +200,7 @@ def compile_model(
 
     if tuned and "end_to_end" not in tuning:
         built = _keep_faster(
-            fused, spec, out, built, (tuned, check_key), tuning, store, config, manifest, report
+            fused, spec, out, built, tuned, check_key, tuning, store, config, manifest, report
         )
         clock.lap("end_to_end_check")
 
@@ -491,10 +491,12 @@ def _apply_stored_check(tuning: dict, tuned, store, key: str | None):
     defaults. A damaged entry is ignored: the check runs again."""
     if not tuned:
         return tuned
+    entry = store.get(tuning["target_key"], key)
+    if not entry:
+        return tuned
     try:
-        entry = store.get(tuning["target_key"], key)
         summary = {**_check_summary(entry), "stored": True}
-    except Exception:  # noqa: BLE001 - no entry, or a damaged or foreign one
+    except Exception:  # noqa: BLE001 - a damaged or foreign entry
         return tuned
     tuning["end_to_end"] = summary
     return tuned if summary["kept"] == "tuned" else None
@@ -506,7 +508,7 @@ _DEFAULTS_GAIN = 0.98
 
 
 def _keep_faster(
-    fused, spec, out: Path, built, tuned_and_key, tuning, store, config, manifest, report
+    fused, spec, out: Path, built, tuned, key, tuning, store, config, manifest, report
 ):
     """Time the whole model with the tuned kernels and with every kernel on its default
     schedule, in alternating rounds, and keep the faster build; the outcome goes to the
@@ -518,7 +520,6 @@ def _keep_faster(
     tuned build stays."""
     import tvm
 
-    tuned, key = tuned_and_key
     staging, other = out / "artifact", out / "artifact-default"
     if not config.measure:
         tuning["end_to_end"] = {"kept": "tuned", "checked": False}
@@ -587,7 +588,8 @@ def _time_alternating(first: Path, second: Path, spec, config, report) -> tuple[
     medians: list[list[float]] = [[], []]
     runs = [0, 0]
     for r in range(_CHECK_ROUNDS):
-        report(0.8, f"timing the whole model, tuned and with default schedules ({r + 1}/3)")
+        message = "timing the whole model, tuned and with default schedules"
+        report(0.8, f"{message} ({r + 1}/{_CHECK_ROUNDS})")
         for k, compiled in enumerate(models):
             result = time_calls(lambda c=compiled: c.run(feeds), timing)
             medians[k].append(result["median"])

@@ -149,9 +149,13 @@ def workload_module(func):
 
 
 def workload_key(mod) -> str:
+    return _structural_key(mod)
+
+
+def _structural_key(obj) -> str:
     import tvm_ffi
 
-    return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return f"{tvm_ffi.structural_hash(obj) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def tuned_set_key(tuned: dict, build: str) -> str:
@@ -160,16 +164,8 @@ def tuned_set_key(tuned: dict, build: str) -> str:
     different record for any of them is a different set."""
     import hashlib
 
-    import tvm_ffi
-
-    text = (
-        build
-        + "\n"
-        + ",".join(
-            f"{key}:{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
-            for key, func in sorted(tuned.items())
-        )
-    )
+    kernels = ",".join(f"{key}:{_structural_key(func)}" for key, func in sorted(tuned.items()))
+    text = f"{build}\n{kernels}"
     return "model-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
