@@ -97,6 +97,7 @@ def _measured(args: argparse.Namespace, target: TargetProfile, shapes: dict) -> 
         "ops": [_op(o, o["latency_us"], o["status"]) for o in result["ops"]],
         "environment": result["environment"],
         "findings": [f.text for f in find_all(profile=result)],
+        "warnings": result["warnings"],
         "tvm_kernels": kernels,
     }
 
@@ -141,6 +142,7 @@ def _summary(output: dict) -> str:
         f"  {o['name']:<32} {o['op_type']:<20} {o['latency_us']:>12.1f} us" for o in timed[:_TOP]
     ]
     lines += [f"finding      {text}" for text in output["findings"]]
+    lines += [f"warning      {text}" for text in output.get("warnings", [])]
     kernels = output.get("tvm_kernels")
     if kernels:
         lines.append(

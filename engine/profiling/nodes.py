@@ -1,9 +1,12 @@
 """Per-node latency measured with onnxruntime's profiler on this machine's CPU.
 
 Method (DNNTune, thesis ch.3, adapted): warm up, then run the whole model repeatedly until
-a time window is filled and at least ``min_runs`` runs were made (DNNTune repeats one layer
-until the power sampler's window is filled; onnxruntime cannot run one node alone, so every
-run times every node once). Per op: median, p90 and spread (IQR / median) over the runs.
+a time window is filled and every session made at least ``min_runs`` runs (DNNTune repeats
+one layer until the power sampler's window is filled; onnxruntime cannot run one node alone,
+so every run times every node once). Per op: median, p90 and spread (IQR / median) over the
+runs. The window alone is not enough on a large model: three seconds of VGG-19 on a slow
+host are a dozen runs, four per session, and the median of four runs of an op whose runs
+spread by 20% moves by 10% from one profile to the next.
 
 Each session places the weights and buffers in memory its own way, and an op's time can
 depend on that placement by 10% (cache sets, pages): two profiles, each with one session,
@@ -18,6 +21,12 @@ taken over such a stretch do not come back in a second profile. So the window is
 The statistics come from the last ``blocks`` blocks once they agree, or else from the
 stretch of blocks the other load disturbed least; the profile says which runs it used
 (``stability``) and warns when no stretch was steady.
+
+Other processes' memory traffic is a second kind of disturbance the whole run hardly
+shows: it slows the memory-bound kernels by up to half while the compute-bound ones, most
+of the time, do not move. :mod:`engine.profiling.contention` compares the memory-bound
+kernels' time block by block and the profile warns when it moved (``stability``
+``memory_bound``).
 
 The profiler costs time between kernels (about 10% on a model of many small kernels, such
 as ShuffleNet), so the whole-model latency is not taken from profiled runs: once the
@@ -48,6 +57,7 @@ from engine.graph import AnalysisConfig, analyze_model, load_model
 from engine.graph.loader import ModelSource
 from engine.graph.topology import sorted_model, unique_node_names
 from engine.profiling.attribution import KernelProfile, OpProfile, attribute_kernels
+from engine.profiling.contention import memory_contention
 from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
 from engine.profiling.session import (
     check_optimization,
@@ -69,13 +79,14 @@ LARGE_MODEL_BYTES = 1 << 30  # above this, one profiled session (each holds the 
 
 @dataclass(frozen=True)
 class NodeProfileConfig:
-    """Options of :func:`profile_nodes`. ``reference`` also times a plain session (no
-    profiler) in the same loop, interleaved, so both see the same machine load."""
+    """Options of :func:`profile_nodes`. ``min_runs`` counts per profiled session.
+    ``reference`` also times a plain session (no profiler) in the same loop, once per turn
+    over the profiled sessions, so both see the same machine load."""
 
     threads: int = 0  # 0: onnxruntime's default
     graph_optimization: str = "extended"
     warmup_runs: int = 3
-    min_runs: int = 10
+    min_runs: int = 20  # per profiled session
     max_runs: int = 500
     window_s: float = 3.0
     sessions: int = 3
@@ -174,9 +185,10 @@ def profile_nodes(
         [us / 1e3 for us in trace.runs_us], block_runs, config.blocks, config.stable_pct
     )
     recorded = len(trace.runs_us)
-    trace = trace.subset(range(stretch.start, min(stretch.stop, recorded)))
+    everything, trace = trace, trace.subset(range(stretch.start, min(stretch.stop, recorded)))
     central = central_runs(trace.runs_us)
     kernels, ops = attribute_kernels(trace.kernels, analysis, central)
+    contention = memory_contention(everything, kernels, ops, block_runs)
     warnings = list(analysis.warnings)
     if count < config.sessions:
         warnings.append(
@@ -193,6 +205,8 @@ def profile_nodes(
             f"extending the window; per-op figures come from the least disturbed "
             f"{len(trace.runs_us)} runs. Profile again when the machine is quieter."
         )
+    if contention is not None and contention.contended:
+        warnings.append(contention.warning())
     unmapped = [k.name for k in kernels if not k.nodes]
     if unmapped:
         warnings.append(
@@ -223,6 +237,7 @@ def profile_nodes(
             "recorded_runs": recorded,
             "tolerance_pct": config.stable_pct,
             "sessions": count,
+            "memory_bound": contention.to_dict() if contention else None,
         },
         reference=_reference(whole, wall_ms, plain_ms, plain_after_ms) if plain_ms else None,
         inputs=specs,
@@ -246,7 +261,7 @@ def named_model(source: ModelSource) -> onnx.ModelProto:
 
 
 def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
-    """Profiled runs, by turns over ``sessions`` (and the plain session after each); the
+    """Profiled runs, by turns over ``sessions`` (and the plain session once per turn); the
     block size once the first window was filled."""
     for i in range(config.warmup_runs):
         report(0.06, f"warm-up {i + 1}/{config.warmup_runs}")
@@ -259,18 +274,19 @@ def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
     block_runs = 0  # set once the first window is filled
     limit = int(config.max_runs * config.max_extend)
     longest = config.window_s * config.max_extend
+    min_runs = config.min_runs * len(sessions)
     started = time.perf_counter()
     while len(wall_ms) < limit:
         t0 = time.perf_counter()
         run_once(sessions[len(wall_ms) % len(sessions)], feeds)
         wall_ms.append((time.perf_counter() - t0) * 1e3)
-        if plain is not None:
+        if plain is not None and len(wall_ms) % len(sessions) == 0:
             t0 = time.perf_counter()
             run_once(plain, feeds)
             plain_ms.append((time.perf_counter() - t0) * 1e3)
         elapsed = time.perf_counter() - started
         first_window_done = len(wall_ms) >= config.max_runs or window_filled(
-            len(wall_ms), elapsed, config.window_s, config.min_runs
+            len(wall_ms), elapsed, config.window_s, min_runs
         )
         if not block_runs and first_window_done:
             block_runs = -(-len(wall_ms) // config.blocks)
@@ -279,21 +295,22 @@ def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
             if agree(medians, config.stable_pct) or elapsed >= longest:
                 break
             report(
-                _fraction(elapsed, config),
+                _fraction(elapsed, len(wall_ms), min_runs, config),
                 f"profiling: the machine's load changed (blocks of {block_runs} runs: "
                 f"{min(medians):.3f} to {max(medians):.3f} ms), extending the window",
             )
         elif not block_runs:
             report(
-                _fraction(elapsed, config),
+                _fraction(elapsed, len(wall_ms), min_runs, config),
                 f"profiling: {len(wall_ms)} runs, median {float(np.median(wall_ms)):.3f} ms",
             )
     return wall_ms, plain_ms, block_runs or max(1, -(-len(wall_ms) // config.blocks))
 
 
-def _fraction(elapsed_s: float, config: NodeProfileConfig) -> float:
-    """Progress: the first window takes 0.07-0.57, an extension up to 0.77."""
-    first = min(elapsed_s / config.window_s, 1.0)
+def _fraction(elapsed_s: float, runs: int, min_runs: int, config: NodeProfileConfig) -> float:
+    """Progress: the first window (its time and its minimum runs) takes 0.07-0.57, an
+    extension up to 0.77."""
+    first = min(elapsed_s / config.window_s, runs / min_runs, 1.0)
     extra_s = config.window_s * (config.max_extend - 1)
     extended = min(max(elapsed_s - config.window_s, 0.0) / extra_s, 0.99) if extra_s else 0.0
     return 0.07 + 0.5 * first + 0.2 * extended

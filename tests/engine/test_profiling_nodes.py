@@ -274,3 +274,14 @@ def test_block_medians_a_microsecond_apart_agree_on_a_tiny_model():
     assert not agree([0.020, 0.025], 3.0)
     assert agree([10.0, 10.2], 3.0) and not agree([10.0, 10.4], 3.0)
     assert not agree([], 3.0)
+
+
+def test_every_session_makes_at_least_min_runs_and_the_plain_session_runs_once_a_turn():
+    # a window the first runs fill: the run count is what ends it
+    config = NodeProfileConfig(window_s=0.001, min_runs=7, sessions=3, reference=True)
+    result = profile_nodes(small_cnn(), config)
+    assert result.stability["recorded_runs"] >= 21
+    memory = result.stability["memory_bound"]
+    assert memory["memory_kernels"] >= 1 and memory["compute_kernels"] >= 1  # pool; convs
+    # the overhead ratio compares the profiled runs with plain runs taken once per turn
+    assert result.reference["overhead_ratio"] > 0
