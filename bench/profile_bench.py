@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -47,7 +48,12 @@ from engine.profiling.calibrate import calibrate, cross_validate, modeled_copy  
 from engine.profiling.contention import MEMORY_BOUND_FLOPS_PER_BYTE  # noqa: E402
 from engine.profiling.nodes import NodeProfileConfig, profile_nodes  # noqa: E402
 from engine.profiling.roofs import measure_roofs  # noqa: E402
-from engine.profiling.session import environment, load_average  # noqa: E402
+from engine.profiling.session import (  # noqa: E402
+    HUGE_PAGES_TUNABLE,
+    environment,
+    heap_pages,
+    load_average,
+)
 from engine.targets import get_target  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -170,7 +176,19 @@ def _mean(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else (a + b) / 2
 
 
+def _on_huge_pages() -> None:
+    """Run again with malloc on transparent huge pages where the kernel gives them only on
+    request (see engine.profiling.session.HUGE_PAGES_TUNABLE), as bin/start's worker does."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if heap_pages()["transparent_huge_pages"] == "madvise" and "hugetlb" not in tunables:
+        value = f"{tunables}:{HUGE_PAGES_TUNABLE}" if tunables else HUGE_PAGES_TUNABLE
+        os.execve(
+            sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": value}
+        )
+
+
 def main() -> None:
+    _on_huge_pages()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # 15 s: on a shared machine the memory-bound ops' times follow other processes' memory
     # traffic for seconds at a time, and a 3 s window inherits whichever stretch it caught

@@ -26,7 +26,7 @@ class FusedSegment:
 @dataclass
 class BuiltSegment:
     library: str
-    params_file: str
+    params_file: str | None  # None: built to time kernels only, no parameters written
     param_names: list[str]
     schedules: dict[str, str]  # kernel function -> "tuned" | "tiled" | "parallel" | "none"
     kernel_names: set[str]
@@ -113,10 +113,18 @@ def split_views(mod, calls: list[KernelCall]) -> tuple[list[KernelCall], list[Ke
 
 
 def build_segment(
-    segment: FusedSegment, spec, directory: Path, stem: str, tuned: dict | None = None
+    segment: FusedSegment,
+    spec,
+    directory: Path,
+    stem: str,
+    tuned: dict | None = None,
+    *,
+    write_params: bool = True,
 ) -> BuiltSegment:
     """FuseTIR, apply ``tuned`` schedules (workload key -> PrimFunc) then default ones,
-    compile, and write ``<stem>.so`` and ``<stem>.params.npz`` into ``directory``."""
+    compile, and write ``<stem>.so`` and (unless ``write_params`` is false: a build only
+    to time kernels, whose caller holds the weights) ``<stem>.params.npz`` into
+    ``directory``."""
     import tvm
     from tvm import relax
 
@@ -142,14 +150,16 @@ def build_segment(
     executable = tvm.compile(mod, target, relax_pipeline=lowering)
     library = directory / f"{stem}.so"
     executable.export_library(str(library))
-    params_file = directory / f"{stem}.params.npz"
-    np.savez(params_file, **segment.imported.params)
+    params_file = None
+    if write_params:
+        params_file = directory / f"{stem}.params.npz"
+        np.savez(params_file, **segment.imported.params)
     kernel_names = {
         gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
     }
     return BuiltSegment(
         library.name,
-        params_file.name,
+        params_file.name if params_file else None,
         list(segment.imported.params),
         schedules,
         kernel_names,

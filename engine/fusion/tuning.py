@@ -24,6 +24,7 @@ Progress reports trials, tasks done and the estimated model latency so far; rais
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import tempfile
@@ -225,12 +226,14 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
     from engine.fusion.timing import kernel_times_us
 
     with tempfile.TemporaryDirectory(prefix="wb-defaults-") as tmp:
+        # the weights are passed from memory below: no .npz (half a GB on VGG)
+        build = functools.partial(build_segment, write_params=False)
         args = (seg, spec, Path(tmp), "defaults")
         try:
             if spec.kind == "cuda":  # a CUDA context does not survive a fork
-                built = build_segment(*args)
+                built = build(*args)
             else:
-                built = forked.call_forked(build_segment, args, timeout_s=timeout_s)
+                built = forked.call_forked(build, args, timeout_s=timeout_s)
         except (forked.ChildTimeout, forked.ChildFailed):
             return
         # A fresh temporary path each time: the loader never confuses two builds.

@@ -60,8 +60,10 @@ from engine.profiling.attribution import KernelProfile, OpProfile, attribute_ker
 from engine.profiling.contention import memory_contention
 from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
 from engine.profiling.session import (
+    HUGE_PAGES_TUNABLE,
     check_optimization,
     environment,
+    heap_pages,
     load_average,
     make_inputs,
     open_session,
@@ -204,6 +206,15 @@ def profile_nodes(
             f"{len(wall_ms)} runs, more than {config.stable_pct:g}% apart, even after "
             f"extending the window; per-op figures come from the least disturbed "
             f"{len(trace.runs_us)} runs. Profile again when the machine is quieter."
+        )
+    pages = heap_pages()
+    if pages["transparent_huge_pages"] == "madvise" and not pages["malloc_huge_pages"]:
+        warnings.append(
+            "the heap is on 4 KiB pages (transparent huge pages only on request, and "
+            f"GLIBC_TUNABLES does not hold {HUGE_PAGES_TUNABLE}): an op with large weights "
+            "can take up to 40% longer in one session than in another by where its pages "
+            "landed. Start the worker with GLIBC_TUNABLES="
+            f"{HUGE_PAGES_TUNABLE} (bin/start does) for repeatable per-op figures."
         )
     if contention is not None and contention.contended:
         warnings.append(contention.warning())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -105,6 +106,33 @@ def run_once(session, feeds: dict) -> None:
         ) from e
 
 
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+"""Set in ``GLIBC_TUNABLES`` before Python starts (bin/start, bin/test and the Docker image
+do), glibc's malloc asks for transparent huge pages for its memory. Without them, where a
+session's weights land in 4 KiB pages decides a large Gemm's time: measured on this
+project's VM, AlexNet's fc7 took 2.6 to 4.0 ms across eight sessions of one process, and
+2.66 to 2.71 ms with the tunable set."""
+
+
+def heap_pages() -> dict:
+    """How the heap is paged: the kernel's transparent-huge-page mode and whether malloc
+    asks for huge pages (``HUGE_PAGES_TUNABLE``)."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+        mode = text[text.index("[") + 1 : text.index("]")]
+    except (OSError, ValueError):
+        mode = None
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    requested = any(
+        t.startswith("glibc.malloc.hugetlb=") and t.split("=", 1)[1] in ("1", "2")
+        for t in tunables.split(":")
+    )
+    return {
+        "transparent_huge_pages": mode,
+        "malloc_huge_pages": mode == "always" or (mode == "madvise" and requested),
+    }
+
+
 def environment(threads: int, optimization: str, load_before: float | None) -> dict:
     """What a measurement ran on: machine, versions, threads and how busy the machine was."""
     import onnxruntime as ort
@@ -117,6 +145,7 @@ def environment(threads: int, optimization: str, load_before: float | None) -> d
         "intra_op_threads": threads,
         "threads_note": "0 = onnxruntime's default, one thread per physical core",
         "graph_optimization": optimization,
+        "heap_pages": heap_pages(),
         # Other work on the machine makes timings noisy; the load average says how much.
         "load_avg_1m": {"before": load_before, "after": load_average()},
     }

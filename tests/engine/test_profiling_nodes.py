@@ -171,7 +171,28 @@ def test_fused_gemm_kernels_map_back_to_their_gemm():
     assert [k.nodes for k in result.kernels] == [["fc1", "relu"]]
     assert result.kernels[0].name == "fused fc1"
     assert [op.status for op in result.ops] == ["measured", "fused"]
-    assert not result.warnings
+    # (the heap-pages warning depends on how pytest was started: bin/test sets the tunable)
+    assert not [w for w in result.warnings if "4 KiB pages" not in w]
+
+
+def test_a_heap_on_small_pages_is_named_with_the_fix(monkeypatch):
+    small = {"transparent_huge_pages": "madvise", "malloc_huge_pages": False}
+    monkeypatch.setattr(nodes, "heap_pages", lambda: small)
+    (warning,) = [w for w in profile_nodes(small_cnn(), QUICK).warnings if "4 KiB" in w]
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in warning
+    huge = {"transparent_huge_pages": "madvise", "malloc_huge_pages": True}
+    monkeypatch.setattr(nodes, "heap_pages", lambda: huge)
+    assert not [w for w in profile_nodes(small_cnn(), QUICK).warnings if "4 KiB" in w]
+
+
+def test_the_environment_records_how_the_heap_is_paged(monkeypatch):
+    from engine.profiling.session import heap_pages
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    pages = heap_pages()
+    assert pages["malloc_huge_pages"] == (pages["transparent_huge_pages"] in ("always", "madvise"))
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert heap_pages()["malloc_huge_pages"] == (pages["transparent_huge_pages"] == "always")
 
 
 def test_typical_times_add_up_to_a_typical_run(profile):
