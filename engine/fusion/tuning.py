@@ -40,8 +40,10 @@ from engine.fusion.tuning_store import RecordStore, target_key
 _TIME_SHARE_TUNED = 0.95
 _MIN_GAIN = 0.95  # a tuned kernel must be at least 5% faster than the default schedule
 _TRIALS_PER_ITER = 8
-# Measured here: a trial (LLVM build + run) of a SqueezeNet convolution takes ~2 s on two
-# busy cores (~3 s before the builders skipped the tensor intrinsics, see below).
+# Sizes the task count (budget trials / _TRIALS_PER_TASK), not the trials themselves: a
+# trial took ~2 s when this was set and takes 0.5-1 s now, but sizing from that (25 tasks
+# instead of 18 for ResNet-50 in 20 minutes) gained less per model (1.04x against 1.07x,
+# bench/results/compile_bench_resnet50_20min_tasks.json): fewer, longer tasks do better.
 _TRIALS_PER_MINUTE = 30
 # A minutes-only budget still needs trial caps for MetaSchedule: per task, this many
 # (small models stop early instead of measuring one kernel for the whole budget).
