@@ -179,8 +179,9 @@ def _mean(a: float | None, b: float | None) -> float | None:
 def _on_huge_pages() -> None:
     """Run again with malloc on transparent huge pages where the kernel gives them only on
     request (see engine.profiling.session.HUGE_PAGES_TUNABLE), as bin/start's worker does."""
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if heap_pages()["transparent_huge_pages"] == "madvise" and "hugetlb" not in tunables:
+    pages = heap_pages()
+    if pages["transparent_huge_pages"] == "madvise" and not pages["malloc_huge_pages"]:
+        tunables = os.environ.get("GLIBC_TUNABLES", "")
         value = f"{tunables}:{HUGE_PAGES_TUNABLE}" if tunables else HUGE_PAGES_TUNABLE
         os.execve(
             sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": value}

@@ -85,7 +85,7 @@ def tune_segments(
     store: RecordStore,
     budget: TuningBudget,
     progress: ProgressFn,
-    build_timeout_s: float = 600.0,
+    build_timeout_s: float,
 ):
     """Returns (summary, {workload key: tuned PrimFunc}) for :func:`build.build_segment`.
     A segment whose default build does not finish in ``build_timeout_s`` is not tuned."""
