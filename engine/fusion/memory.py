@@ -62,9 +62,9 @@ def tvm_memory(
     """
     from engine.fusion import delegate
     from engine.fusion.build import fuse_segment
-    from engine.fusion.compile import _dtypes, _find_fallback, _full_shapes
     from engine.fusion.importer import import_onnx, prepare, simplify
     from engine.fusion.lowering import fuse_tir
+    from engine.fusion.preparation import dtypes, find_fallback, full_shapes
     from engine.fusion.target import resolve_target
     from engine.graph.loader import load_model, model_inputs
     from engine.graph.shapes import apply_input_shapes
@@ -74,17 +74,17 @@ def tvm_memory(
     started = time.perf_counter()
     spec = resolve_target(target, 1)
     model, _ = sorted_model(load_model(source))
-    apply_input_shapes(model, _full_shapes(model, dict(input_shapes or {}), model_inputs))
+    apply_input_shapes(model, full_shapes(model, dict(input_shapes or {}), model_inputs))
     model, _ = simplify(model)
     model = onnx.shape_inference.infer_shapes(prepare(model, unique_node_names(model.graph.node)))
     report(0.2, "TVM import")
-    fallback = _find_fallback(model, report)
+    fallback = find_fallback(model, report)
     node_order = [n.name for n in model.graph.node]
     result = TvmMemory(0, 0, 0, fallback_nodes=len(fallback))
     segments = [s for s in delegate.partition(model, set(fallback)) if s.backend == delegate.TVM]
     for k, segment in enumerate(segments):
         report(0.3 + 0.7 * k / len(segments), f"TVM memory plan of segment {segment.index}")
-        imported = import_onnx(segment.model, {}, _dtypes(segment.model))
+        imported = import_onnx(segment.model, {}, dtypes(segment.model))
         fused = fuse_tir(
             fuse_segment(imported, spec.tvm_target(), node_order).fused, spec.tvm_target()
         )

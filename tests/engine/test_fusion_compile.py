@@ -14,8 +14,7 @@ from onnx import helper, numpy_helper
 from onnx_builders import build
 
 from engine.errors import EngineError
-from engine.fusion import CompileConfig, compile_model
-from engine.fusion import compile as compile_module
+from engine.fusion import CompileConfig, compile_model, segment_builds
 from engine.fusion.cli import add_commands
 
 pytest.importorskip("tvm")
@@ -142,7 +141,7 @@ def hanging_build(*args):
 
 
 def test_a_build_that_hangs_is_ended_and_its_segment_falls_back(save, tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_module, "build_segment", hanging_build)
+    monkeypatch.setattr(segment_builds, "build_segment", hanging_build)
     config = CompileConfig(str(tmp_path / "o"), build_timeout_s=2, **FAST)
     started = time.monotonic()
     data = compile_model(save(conv_relu_conv()), config).to_dict()

@@ -145,8 +145,8 @@ def test_a_damaged_record_in_the_store_is_ignored_not_fatal():
 def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_path, monkeypatch):
     """Kernels that each beat their default schedule can still make the model slower:
     the compile times the model both ways, keeps the faster and stores the outcome."""
-    from engine.fusion import compile as compile_module
     from engine.fusion import tuning as tuning_module
+    from engine.fusion import whole_model_check as check_module
 
     path, store = save(dense_model()), tmp_path / "store"
     # Every tuned kernel counts as faster than its default, so the set is never empty.
@@ -157,14 +157,14 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
         return compile_model(path, config).to_dict()
 
     timed = []
-    real_timing = compile_module._time_alternating
+    real_timing = check_module._time_alternating
 
     def tuned_slower(first, second, spec, config, report):
         tuned_ms, default_ms, runs = real_timing(first, second, spec, config, report)
         timed.append((tuned_ms, default_ms))
         return default_ms * 2, default_ms, runs  # as if the tuned build were twice as slow
 
-    monkeypatch.setattr(compile_module, "_time_alternating", tuned_slower)
+    monkeypatch.setattr(check_module, "_time_alternating", tuned_slower)
     first = compile_into("a")
     check = first["tuning"]["end_to_end"]
     assert len(timed) == 1 and all(ms > 0 for ms in timed[0])
@@ -183,12 +183,12 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
 
 
 def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_path, monkeypatch):
-    from engine.fusion import compile as compile_module
     from engine.fusion import tuning as tuning_module
+    from engine.fusion import whole_model_check as check_module
 
     monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
     monkeypatch.setattr(
-        compile_module,
+        check_module,
         "_time_alternating",
         lambda first, second, spec, config, report: (1.0, 2.0, 5),
     )
@@ -204,13 +204,13 @@ def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_pat
 def test_the_cli_reports_tuning_and_the_whole_model_check(save, tmp_path, monkeypatch, capsys):
     import argparse
 
-    from engine.fusion import compile as compile_module
     from engine.fusion import tuning as tuning_module
+    from engine.fusion import whole_model_check as check_module
     from engine.fusion.cli import add_commands
 
     monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
     monkeypatch.setattr(
-        compile_module, "_time_alternating", lambda first, second, spec, config, report: (3, 2, 5)
+        check_module, "_time_alternating", lambda first, second, spec, config, report: (3, 2, 5)
     )
     parser = argparse.ArgumentParser()
     add_commands(parser.add_subparsers(dest="command"))

@@ -1,0 +1,66 @@
+"""Measuring a build: its outputs and whole-model latency against onnxruntime on the
+same inputs with the same threads, and the time of every kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.fusion.standalone import CompiledModel, example_inputs
+from engine.fusion.timing import TimingConfig, kernel_times_us, time_calls
+
+
+def measure(original, staging, spec, config, fused, built, kernels, inputs) -> dict:
+    """Run the build and onnxruntime on the same example inputs: outputs compared, both
+    timed, and each of ``kernels`` given its time and share (in place)."""
+    import onnxruntime as ort
+
+    feeds = example_inputs(inputs, config.seed)
+    compiled = CompiledModel(staging, threads=spec.threads)
+    outputs = compiled.run(feeds)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = spec.threads
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        original.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in original.graph.output]
+    reference = dict(zip(names, session.run(names, feeds), strict=True))
+    errors, match = {}, True
+    for name, ref in reference.items():
+        got = outputs[name]
+        if got.shape != ref.shape:
+            errors[name], match = float("inf"), False
+            continue
+        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+        errors[name] = float(diff.max()) if diff.size else 0.0
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        match &= bool(errors[name] <= config.atol + config.rtol * scale)
+    timing = TimingConfig(window_s=config.timing_window_s)
+    ours = time_calls(lambda: compiled.run(feeds), timing)
+    theirs = time_calls(lambda: session.run(names, feeds), timing)
+    _attach_kernel_times(compiled, fused, built, kernels, feeds, config.kernel_timing_runs)
+    return {
+        "latency_ms": ours["median"],
+        "onnxruntime_latency_ms": theirs["median"],
+        "outputs_match": match,
+        "max_abs_error": errors,
+    }
+
+
+def _attach_kernel_times(compiled, fused, built, kernels, feeds, runs: int) -> None:
+    by_segment = {k.segment: [] for k in kernels}
+    for k in kernels:
+        by_segment[k.segment].append(k)
+    tvm_segments = [s for s in compiled.segments if hasattr(s, "vm")]
+    for segment, index in zip(tvm_segments, fused, strict=True):
+        times = kernel_times_us(
+            segment.vm, lambda: compiled.run(feeds), built[index].kernel_names, runs
+        )
+        seen: dict[str, int] = {}
+        for kernel in by_segment.get(index, []):
+            occurrence = seen.get(kernel.func, 0)
+            seen[kernel.func] = occurrence + 1
+            kernel.time_us = times.get((kernel.func, occurrence))
+    total = sum(k.time_us or 0.0 for k in kernels)
+    for k in kernels:
+        k.share = (k.time_us / total) if (k.time_us and total) else None

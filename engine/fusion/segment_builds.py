@@ -1,0 +1,77 @@
+"""Fusing and building every TVM segment of a model; a segment TVM cannot compile
+raises :class:`SegmentFailed`, and the compile hands it to onnxruntime."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from engine.errors import Cancelled, EngineError
+from engine.fusion import delegate, forked
+from engine.fusion.build import FusedSegment, build_segment, fuse_segment
+from engine.fusion.importer import import_onnx
+from engine.fusion.preparation import dtypes
+from engine.fusion.target import TargetSpec
+
+
+class SegmentFailed(Exception):
+    """TVM imported ``segment`` but could not fuse or build it."""
+
+    def __init__(self, segment: delegate.Segment, reason: str):
+        super().__init__(reason)
+        self.segment, self.reason = segment, reason
+
+
+def fuse_all(segments, spec: TargetSpec, node_order) -> dict[int, FusedSegment]:
+    """FuseOps over every TVM segment, by segment index."""
+    fused = {}
+    for seg in segments:
+        if seg.backend == delegate.TVM:
+            imported = import_onnx(seg.model, {}, dtypes(seg.model))
+            try:
+                fused[seg.index] = fuse_segment(imported, spec.tvm_target(), node_order)
+            except EngineError:
+                raise
+            except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+                raise SegmentFailed(seg, failure_reason(e)) from e
+            fused[seg.index].segment = seg
+    return fused
+
+
+def build_all(fused, spec: TargetSpec, staging: Path, tuned, timeout_s: float, report) -> dict:
+    """Build every TVM segment, each in a forked child with a time limit (see ``forked``);
+    CUDA builds stay in this process (a CUDA context does not survive a fork)."""
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    built = {}
+    for k, (index, seg) in enumerate(fused.items()):
+        fraction = 0.7 + 0.1 * k / max(len(fused), 1)
+        report(fraction, f"building segment {index}")
+        args = (seg, spec, staging, f"segment{index}", tuned)
+        try:
+            if spec.kind == "cuda":
+                built[index] = build_segment(*args)
+                continue
+
+            def waiting(elapsed_s: float, index=index, fraction=fraction) -> None:
+                report(fraction, f"building segment {index} ({elapsed_s:.0f} s)")
+
+            built[index] = forked.call_forked(
+                build_segment, args, timeout_s=timeout_s, poll=waiting
+            )
+        except forked.ChildTimeout as e:
+            raise SegmentFailed(seg.segment, f"TVM's build {e}") from e
+        except forked.ChildFailed as e:
+            raise SegmentFailed(seg.segment, f"{e.kind}: {e}"[:300]) from e
+        except (EngineError, Cancelled):
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+            raise SegmentFailed(seg.segment, failure_reason(e)) from e
+    return built
+
+
+def failure_reason(e: BaseException) -> str:
+    """The error's type and last line, short enough for a report."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
