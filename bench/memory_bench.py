@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.fusion.memory import tvm_comparison  # noqa: E402
+from engine.memory.tvm import tvm_comparison  # noqa: E402
 from engine.graph import analyze_model  # noqa: E402
 from engine.memory import PLANNERS, LevelConfig, MemoryConfig, plan_memory  # noqa: E402
 from engine.zoo import ZOO, build  # noqa: E402
@@ -74,7 +74,7 @@ def branching_graph(n_tensors: int, seed: int = 0) -> onnx.ModelProto:
 
 def tvm_figures(source) -> dict:
     """TVM's static allocation total of the build of ``source`` and our best plan of the
-    same kernel tensors (engine.fusion.memory); a failure is reported, not raised."""
+    same kernel tensors (engine.memory.tvm); a failure is reported, not raised."""
     try:
         return tvm_comparison(source)
     except Exception as e:  # noqa: BLE001 - a failure is a row of the table, not the end

@@ -1,4 +1,5 @@
-"""Entry point of the `workbench` console script."""
+"""Entry point of the `workbench` console script: the stage commands (on this machine,
+through the engine's entry points) and the REST client (against a server)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from cli import client
-from engine import cli as engine_cli
-from engine.accuracy import cli as accuracy_cli
-from engine.fusion import cli as fusion_cli
-from engine.memory import cli as memory_cli
-from engine.partition import cli as partition_cli
-from engine.profiling import cli as profiling_cli
+from cli import client, stages
+from cli.common import EXIT_BAD_INPUT
 from engine.targets.catalog import load_presets
 
 
@@ -22,7 +18,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(engine_cli.EXIT_BAD_INPUT)
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _targets(args) -> int:
@@ -41,18 +37,13 @@ def _targets(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(
         prog="workbench",
-        description="Model-optimization workbench: analyze models locally, or drive a server.",
+        description="Model-optimization workbench: run stages locally, or drive a server.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     targets = subparsers.add_parser("targets", help="list the target presets")
     targets.add_argument("--json", action="store_true", help="print one JSON array")
     targets.set_defaults(func=_targets)
-    engine_cli.add_commands(subparsers)
-    memory_cli.add_commands(subparsers)
-    partition_cli.add_commands(subparsers)
-    profiling_cli.add_commands(subparsers)
-    accuracy_cli.add_commands(subparsers)
-    fusion_cli.add_commands(subparsers)
+    stages.add_commands(subparsers)
     client.add_commands(subparsers)
     args = parser.parse_args(argv)
     return args.func(args)

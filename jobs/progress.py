@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from engine.errors import Cancelled
-from jobs import pipeline
-from jobs.events import publish_run
+from workbench import pipeline
+from workbench.events import publish_run
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,16 @@ import traceback
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import celeryd_after_setup, worker_ready
 
+from engine.contract import NotApplicable
 from engine.errors import Cancelled, EngineError
-from jobs import pipeline
-from jobs.celery import app
+from engine.stages import STAGES
+from jobs import runner
 from jobs.policy import TRANSIENT_ERRORS, WorkbenchTask
 from jobs.progress import Heartbeat, ProgressSink
 from jobs.registry import machine_queue, register_machine
-from jobs.runners import RUNNERS
-from jobs.stages import STAGES
+from workbench import pipeline
+from workbench.celery import app
+from workbench.models import Status
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +31,19 @@ def run_stage(self, stage_id: int) -> str:
     sink = ProgressSink(stage.pk, stage.run_id)
     with Heartbeat(stage.pk, sink):
         try:
-            result = RUNNERS[stage.stage](stage, sink)
+            result = runner.run(stage, sink)
         except Cancelled:
             return "cancelled"
+        except NotApplicable as e:  # not a failure: the stages after it run
+            pipeline.finish_stage(
+                stage, status=Status.NOT_APPLICABLE, message=f"not applicable: {_said(e)}"
+            )
+            return "not applicable"
+        except runner.PreparationFailed as e:  # no stage of the run can use the model
+            pipeline.fail_stage(stage.pk, code=e.error.code, message=_said(e.error), skip_all=True)
+            return "failed"
         except EngineError as e:  # a verdict on the input: deterministic, never retried
-            message = f"{e.message} {e.hint}".strip() if e.hint else e.message
-            pipeline.fail_stage(stage.pk, code=e.code, message=message)
+            pipeline.fail_stage(stage.pk, code=e.code, message=_said(e))
             return "failed"
         except SoftTimeLimitExceeded:
             limit = STAGES[stage.stage].time_limit_s
@@ -58,6 +67,10 @@ def run_stage(self, stage_id: int) -> str:
             return "failed"
     pipeline.finish_stage(stage, result=result)
     return "succeeded"
+
+
+def _said(error: EngineError) -> str:
+    return f"{error.message} {error.hint}".strip() if error.hint else error.message
 
 
 @app.task(name="workbench.reap_stale_stages", base=WorkbenchTask, ignore_result=True)

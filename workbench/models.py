@@ -112,9 +112,16 @@ class Status(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    NOT_APPLICABLE = "not_applicable", "not applicable"
 
 
-TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.SKIPPED)
+TERMINAL = (
+    Status.SUCCEEDED,
+    Status.FAILED,
+    Status.CANCELLED,
+    Status.SKIPPED,
+    Status.NOT_APPLICABLE,
+)
 ACTIVE = (Status.QUEUED, Status.RUNNING)
 
 

@@ -20,7 +20,8 @@ def sample_paths() -> list[Path]:
 
 
 def give_samples(user) -> int:
-    from jobs import pipeline
+    from engine.stages import RunOptions
+    from workbench import pipeline
     from workbench.presets import ensure_presets
     from workbench.uploads import store_model_file
 
@@ -30,7 +31,9 @@ def give_samples(user) -> int:
         name = path.stem.removeprefix("light_") + ".onnx"
         model = store_model_file(path, owner=user, name=name, is_sample=True)
         if not model.runs.exists():
-            pipeline.create_run(owner=user, model=model, target=target, stages=["analyze"])
+            pipeline.create_run(
+                owner=user, model=model, target=target, options=RunOptions.from_dict(["analyze"])
+            )
         count += 1
     return count
 

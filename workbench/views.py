@@ -14,9 +14,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
+from engine.stages import RunOptions
 from frontend.figures.graph import graph_payload
 from frontend.presenters import present
-from jobs import pipeline
+from workbench import pipeline
 from workbench.downloads import artifact_response
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
@@ -62,7 +63,10 @@ def model_list(request):
                     messages.info(request, f"You already uploaded this exact file as {model.name}.")
                     return redirect("model-detail", pk=model.pk)
                 run = pipeline.create_run(
-                    owner=request.user, model=model, target=_default_target(), stages=["analyze"]
+                    owner=request.user,
+                    model=model,
+                    target=_default_target(),
+                    options=RunOptions.from_dict(["analyze"]),
                 )
                 messages.success(
                     request, f"Uploaded {model.name}; analysis started (run {run.pk})."
@@ -82,6 +86,10 @@ def model_list(request):
 def model_detail(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
     form = StartRunForm(user=request.user, model=model, initial={"target": _default_target()})
+    return _model_page(request, model, form)
+
+
+def _model_page(request, model: OnnxModel, form: StartRunForm, status: int = 200):
     shown = present("analyze", model.analysis) or {}
     return render(
         request,
@@ -97,6 +105,7 @@ def model_detail(request, pk: int):
             "input_sets": model.input_sets.all(),
             "graph": graph_payload(model.analysis) if model.analysis else None,
         },
+        status=status,
     )
 
 
@@ -136,20 +145,14 @@ def run_create(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
     form = StartRunForm(request.POST, user=request.user, model=model)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(e)}" for field, e in form.errors.items())
-        messages.error(request, f"Could not start the run: {errors}")
-        return redirect("model-detail", pk=model.pk)
-    try:
-        run = pipeline.create_run(
-            owner=request.user,
-            model=model,
-            target=form.cleaned_data["target"],
-            stages=form.cleaned_data["stages"],
-            options=form.options(),
-        )
-    except pipeline.PipelineError as e:
-        messages.error(request, f"Could not start the run: {e}")
-        return redirect("model-detail", pk=model.pk)
+        messages.error(request, "Could not start the run: see the fields marked below.")
+        return _model_page(request, model, form, status=400)
+    run = pipeline.create_run(
+        owner=request.user,
+        model=model,
+        target=form.cleaned_data["target"],
+        options=form.run_options,
+    )
     return redirect("run-detail", pk=run.pk)
 
 

@@ -25,6 +25,7 @@ from engine.graph.loader import (
     load_model,
     model_header,
 )
+from engine.graph.prepared import PreparedModel
 from engine.graph.shapes import (
     apply_input_shapes,
     check_declared_sizes,
@@ -67,23 +68,30 @@ class NodeAnalysis:
     outputs: list[str]
     output_shapes: list[list[Dim] | None]
     cost: OpCost | None
+    user_names: tuple[str, ...] | None = None
+    """The user's node(s) this prepared node stands for (``None``: not prepared)."""
 
     def to_dict(self) -> dict:
         cost = self.cost or _NO_COST
-        return {
+        known = self.cost is not None
+        result = {
             "name": self.name,
             "op_type": self.op_type,
             "inputs": self.inputs,
             "outputs": self.outputs,
             "output_shapes": self.output_shapes,
-            "macs": cost.macs,
-            "flops": cost.flops,
-            "params": cost.params,
-            "bytes_read": cost.bytes_read,
-            "bytes_written": cost.bytes_written,
-            "intensity": cost.intensity,
-            "costed": self.cost is not None,
+            # Unknown stays unknown: a node that was not costed has no figures, not zeros.
+            "macs": cost.macs if known else None,
+            "flops": cost.flops if known else None,
+            "params": cost.params if known else None,
+            "bytes_read": cost.bytes_read if known else None,
+            "bytes_written": cost.bytes_written if known else None,
+            "intensity": cost.intensity if known else None,
+            "costed": known,
         }
+        if self.user_names is not None and self.user_names != (self.name,):
+            result["user_names"] = list(self.user_names)
+        return result
 
 
 @dataclass
@@ -110,6 +118,7 @@ class ModelAnalysis:
     structure: GraphStructure | None = None
     simplification: SimplificationReport | None = None
     simplified_model: onnx.ModelProto | None = field(default=None, repr=False, compare=False)
+    preparation: dict | None = None
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -143,6 +152,7 @@ class ModelAnalysis:
             "analysis_s": self.analysis_s,
             "structure": self.structure.to_dict() if self.structure else None,
             "simplification": self.simplification.to_dict() if self.simplification else None,
+            "preparation": self.preparation,
         }
         if not nodes:
             del result["node_list"]
@@ -201,8 +211,44 @@ def analyze_model(
     warnings += graph.warnings
     check_tensor_sizes(graph, config.max_tensor_elements)
     warnings += explain_unknown_shapes(graph)
+    # The uploaded model's IR version: simplification may raise IR 3 to 4.
+    header = dataclasses.replace(model_header(model), ir_version=ir_version)
+    analysis = analyze_graph(graph, header, warnings=warnings, progress=report)
+    analysis.analysis_s = round(time.perf_counter() - started, 4)
+    analysis.simplification = simplification
+    analysis.simplified_model = simplified_model
+    return analysis
 
-    node_list, not_costed = _cost_nodes(graph, _scaled(report, 0.6, 0.9))
+
+def analyze_prepared(prepared: PreparedModel, progress: ProgressFn | None = None) -> ModelAnalysis:
+    """The analyze stage: cost every node of the prepared model, speaking of the user's
+    nodes (``user_names``) and saying how the model was prepared."""
+    started = time.perf_counter()
+    report = progress or _ignore
+    analysis = analyze_graph(
+        prepared.graph,
+        prepared.header,
+        warnings=list(prepared.report.warnings) + list(prepared.report.unknown_shapes),
+        progress=report,
+        user_nodes=prepared.user_nodes,
+    )
+    analysis.preparation = prepared.to_dict()
+    analysis.analysis_s = round(time.perf_counter() - started + prepared.report.seconds, 4)
+    return analysis
+
+
+def analyze_graph(
+    graph: Graph,
+    header: ModelHeader,
+    *,
+    warnings: list[str],
+    progress: ProgressFn | None = None,
+    user_nodes: Mapping[str, tuple[str, ...]] | None = None,
+) -> ModelAnalysis:
+    """Cost every node of ``graph`` and detect its structure."""
+    report = progress or _ignore
+    warnings = list(warnings)
+    node_list, not_costed = _cost_nodes(graph, _scaled(report, 0.6, 0.9), user_nodes)
     report(0.9, "detecting structure")
     structure = detect_structure(graph)
     params = graph.params()
@@ -212,8 +258,7 @@ def analyze_model(
         warnings.append(f"{len(not_costed)} nodes not costed (op types: {', '.join(kinds)})")
     report(1.0, "analysis done")
     return ModelAnalysis(
-        # The uploaded model's IR version: simplification may raise IR 3 to 4.
-        header=dataclasses.replace(model_header(model), ir_version=ir_version),
+        header=header,
         nodes=len(graph.nodes),
         params=sum(t.elements or 0 for t in params),
         param_bytes=sum(t.bytes or 0 for t in params),
@@ -226,15 +271,15 @@ def analyze_model(
         not_costed=not_costed,
         node_list=node_list,
         warnings=warnings,
-        analysis_s=round(time.perf_counter() - started, 4),
+        analysis_s=0.0,
         graph=graph,
         structure=structure,
-        simplification=simplification,
-        simplified_model=simplified_model,
     )
 
 
-def _cost_nodes(graph: Graph, report: ProgressFn) -> tuple[list[NodeAnalysis], list[str]]:
+def _cost_nodes(
+    graph: Graph, report: ProgressFn, user_nodes: Mapping[str, tuple[str, ...]] | None = None
+) -> tuple[list[NodeAnalysis], list[str]]:
     node_list = []
     not_costed = []
     total = max(len(graph.nodes), 1)
@@ -244,16 +289,21 @@ def _cost_nodes(graph: Graph, report: ProgressFn) -> tuple[list[NodeAnalysis], l
         cost = cost_node(node, graph)
         if cost is None:
             not_costed.append(node.name)
-        node_list.append(_node_analysis(node, graph, cost))
+        users = user_nodes.get(node.name, (node.name,)) if user_nodes is not None else None
+        node_list.append(_node_analysis(node, graph, cost, users))
     return node_list, not_costed
 
 
-def _node_analysis(node: Node, graph: Graph, cost: OpCost | None) -> NodeAnalysis:
+def _node_analysis(
+    node: Node, graph: Graph, cost: OpCost | None, user_names: tuple[str, ...] | None
+) -> NodeAnalysis:
     shapes = []
     for name in node.outputs:
         shape = graph.tensors[name].shape if name else None
         shapes.append(None if shape is None else list(shape))
-    return NodeAnalysis(node.name, node.op_type, node.inputs, node.outputs, shapes, cost)
+    return NodeAnalysis(
+        node.name, node.op_type, node.inputs, node.outputs, shapes, cost, user_names
+    )
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -154,6 +154,11 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [v for v in graph.input if v.name not in hidden]
 
 
+def read_model_file(path: str | os.PathLike, max_bytes: int | None = None) -> bytes:
+    """The bytes of a model file; a missing, empty or too large file is refused."""
+    return _read(Path(path), max_bytes)
+
+
 def _read(path: Path, max_bytes: int | None) -> bytes:
     try:
         size = path.stat().st_size

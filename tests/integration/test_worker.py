@@ -10,8 +10,9 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from tests.conftest import SQUEEZENET, wait_until
+from workbench import pipeline
 from workbench.asgi import application
 from workbench.models import Run, StageResult, Target
 from workbench.uploads import store_model_file
@@ -29,8 +30,7 @@ def start_run(user, model, stages, **options) -> Run:
         owner=user,
         model=model,
         target=Target.objects.get(name="host"),
-        stages=stages,
-        options={"profile": options},
+        options=RunOptions.from_dict(stages, {"profile": options}),
     )
 
 
@@ -173,8 +173,7 @@ def test_a_worker_registers_its_machine_and_measures_runs_sent_to_it(
         owner=user,
         model=model,
         target=target,
-        stages=["profile"],
-        options={"profile": {"window_s": 0.5}},
+        options=RunOptions.from_dict(["profile"], {"profile": {"window_s": 0.5}}),
     )
     wait_until(
         lambda: Run.objects.get(pk=run.pk).status == "succeeded",

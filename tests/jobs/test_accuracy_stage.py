@@ -11,9 +11,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from engine.accuracy.weights import perturb_weight, randomize_fills
-from jobs import pipeline
+from engine.stages import RunOptions
 from jobs.tasks import run_stage
 from tests.conftest import SQUEEZENET
+from workbench import pipeline
 from workbench.models import InputData, Target
 from workbench.uploads import store_model_file
 
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def enqueued(monkeypatch):
     sent = []
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
     monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
     return sent
 
@@ -43,7 +44,7 @@ def trained_like(tmp_path):
 def run_all(user, model, stages, options, target, enqueued, capture):
     with capture(execute=True):
         run = pipeline.create_run(
-            owner=user, model=model, target=target, stages=stages, options=options
+            owner=user, model=model, target=target, options=RunOptions.from_dict(stages, options)
         )
     for i in range(len(run.config["stages"])):
         with capture(execute=True):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from jobs.tasks import run_stage
 from tests.conftest import SQUEEZENET
+from workbench import pipeline
 from workbench.models import Target
 from workbench.uploads import store_model_file
 
@@ -23,8 +24,8 @@ def _no_heartbeat(settings):
 @pytest.fixture
 def enqueued(monkeypatch):
     sent = []
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
     monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
     return sent
 
@@ -36,8 +37,7 @@ def run_all(user, stages, options, enqueued, capture):
             owner=user,
             model=model,
             target=Target.objects.get(name="host"),
-            stages=stages,
-            options=options,
+            options=RunOptions.from_dict(stages, options),
         )
     for i in range(len(run.config["stages"])):
         with capture(execute=True):

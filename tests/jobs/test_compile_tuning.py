@@ -8,8 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from jobs.tasks import run_stage
+from workbench import pipeline
 from workbench.models import Target, TuningRecord
 from workbench.uploads import store_model_file
 
@@ -30,8 +31,8 @@ def _no_heartbeat(settings):
 @pytest.fixture
 def enqueued(monkeypatch):
     sent = []
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("jobs.pipeline.publish_run", lambda run_id: None)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
     monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
     return sent
 
@@ -64,8 +65,9 @@ def compile_as(owner, path, enqueued, capture) -> dict:
             owner=owner,
             model=model,
             target=Target.objects.get(name="host"),
-            stages=["compile"],
-            options={"compile": {"threads": 1, "tune_trials": TRIALS}},
+            options=RunOptions.from_dict(
+                ["compile"], {"compile": {"threads": 1, "tune_trials": TRIALS}}
+            ),
         )
     for _ in run.config["stages"]:  # analyze, then compile
         stage = enqueued.pop(0)

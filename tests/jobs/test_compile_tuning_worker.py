@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from test_compile_tuning import TRIALS, kernel_rows, write_dense_model
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from tests.conftest import wait_until
+from workbench import pipeline
 from workbench.models import TERMINAL, Run, Target
 from workbench.uploads import store_model_file
 
@@ -19,8 +20,9 @@ def compile_on_worker(owner, path) -> dict:
         owner=owner,
         model=store_model_file(path, owner=owner, name=path.name),
         target=Target.objects.get(name="host"),
-        stages=["compile"],
-        options={"compile": {"threads": 1, "tune_trials": TRIALS}},
+        options=RunOptions.from_dict(
+            ["compile"], {"compile": {"threads": 1, "tune_trials": TRIALS}}
+        ),
     )
     wait_until(
         lambda: Run.objects.get(pk=run.pk).status in TERMINAL,

@@ -6,8 +6,9 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from tests.conftest import SQUEEZENET
+from workbench import pipeline
 from workbench.models import Run, Target
 from workbench.uploads import store_model_file
 
@@ -16,10 +17,12 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def owned(user, monkeypatch):
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", lambda stage: None)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", lambda stage: None)
     model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
     target = Target.objects.get(name="host")
-    run = pipeline.create_run(owner=user, model=model, target=target, stages=["analyze"])
+    run = pipeline.create_run(
+        owner=user, model=model, target=target, options=RunOptions.from_dict(["analyze"])
+    )
     return model, run
 
 

@@ -8,9 +8,10 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from jobs import pipeline
+from engine.stages import RunOptions
 from jobs.artifacts import save_artifact
 from tests.conftest import SQUEEZENET
+from workbench import pipeline
 from workbench.models import Target
 from workbench.uploads import store_model_file
 
@@ -19,10 +20,13 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def artifact(user, monkeypatch, tmp_path):
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", lambda stage: None)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", lambda stage: None)
     model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
     run = pipeline.create_run(
-        owner=user, model=model, target=Target.objects.get(name="host"), stages=["analyze"]
+        owner=user,
+        model=model,
+        target=Target.objects.get(name="host"),
+        options=RunOptions.from_dict(["analyze"]),
     )
     produced = tmp_path / "plan.json"
     produced.write_text('{"arena_bytes": 76}')

@@ -107,7 +107,7 @@ def test_browser_upload_starts_an_analysis_run(
     client, user, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr("jobs.pipeline.enqueue_stage", sent.append)
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
     client.force_login(user)
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from jobs.stages import STAGE_ORDER
+from engine.options import OptionsError
+from engine.stages import RunOptions
 from workbench.forms import parse_shapes
 from workbench.models import Artifact, InputData, OnnxModel, Run, StageResult, Target
 from workbench.snapshots import run_snapshot
@@ -63,19 +64,23 @@ class TargetSerializer(serializers.ModelSerializer):
 
 
 class RunCreateSerializer(serializers.Serializer):
+    """A run request. The stages and their options are validated by the engine's
+    :class:`RunOptions`, as the web form's are: a bad option is a 400 naming the field
+    (``options.profile.window_s``) and nothing is enqueued."""
+
     model = serializers.IntegerField()
-    target = serializers.CharField(default="host", help_text="target id or name")
-    stages = serializers.ListField(
-        child=serializers.ChoiceField(choices=STAGE_ORDER), default=["analyze"], allow_empty=False
+    target = serializers.CharField(default="host", max_length=200, help_text="target id or name")
+    stages = serializers.JSONField(default=["analyze"], help_text="stage names, in any order")
+    input_shapes = serializers.JSONField(
+        required=False, default=dict, help_text='{"input": [1, 3, 224, 224]} or "input=1x3x224x224"'
     )
-    input_shapes = serializers.JSONField(required=False, default=dict)
-    options = serializers.DictField(
+    options = serializers.JSONField(
         required=False,
         default=dict,
         help_text='per-stage options, e.g. {"memory": {"in_place": true}}',
     )
-    profile_window_s = serializers.FloatField(
-        required=False, default=5.0, min_value=0.5, max_value=600
+    profile_window_s = serializers.JSONField(
+        required=False, help_text="shorthand for options.profile.window_s"
     )
 
     def validate_model(self, value: int) -> OnnxModel:
@@ -89,12 +94,12 @@ class RunCreateSerializer(serializers.Serializer):
         visible = visible_targets(user)
         target = (
             visible.filter(pk=int(value)).first()
-            if value.isdigit()
+            if value.isdigit() and len(value) < 12
             else visible.filter(name=value).order_by("-version").first()
         )
         if target is None:
             names = ", ".join(sorted(set(visible.values_list("name", flat=True))))
-            raise serializers.ValidationError(f"no target {value!r}; available: {names}")
+            raise serializers.ValidationError(f"no target {value[:80]!r}; available: {names}")
         return target
 
     def validate_input_shapes(self, value):
@@ -105,49 +110,50 @@ class RunCreateSerializer(serializers.Serializer):
                 return parse_shapes(value)
             except forms.ValidationError as e:
                 raise serializers.ValidationError(e.messages) from e
-        if not isinstance(value, dict) or not all(
-            isinstance(dims, list) and dims and all(isinstance(d, int) and d > 0 for d in dims)
-            for dims in value.values()
-        ):
-            raise serializers.ValidationError(
-                'give {"input_name": [1, 3, 224, 224]} with positive integer dimensions'
-            )
-        return value
-
-    def validate_options(self, value: dict) -> dict:
-        for stage, values in value.items():
-            if stage not in STAGE_ORDER or not isinstance(values, dict):
-                raise serializers.ValidationError(
-                    f"{stage!r}: give a stage name ({', '.join(STAGE_ORDER)}) and a mapping "
-                    "of its options"
-                )
         return value
 
     def validate(self, data: dict) -> dict:
-        """Ids named in the accuracy options must be the user's own."""
-        accuracy = data.get("options", {}).get("accuracy", {})
-        user, model = self.context["request"].user, data.get("model")
-        other, inputs = accuracy.get("other_model"), accuracy.get("inputs")
-        if other is not None and not OnnxModel.objects.filter(pk=other, owner=user).exists():
-            raise serializers.ValidationError({"options": f"you have no model with id {other}"})
-        if (
-            inputs is not None
-            and not InputData.objects.filter(pk=inputs, owner=user, model=model).exists()
-        ):
+        """The engine validates stages and options; ids named in the accuracy options must
+        be the user's own."""
+        options = data.get("options")
+        if not isinstance(options, dict):
             raise serializers.ValidationError(
-                {"options": f"model {model.pk} has no input set with id {inputs}"}
+                {"options": "expected an object: {stage: {option: value}}"}
             )
+        options = {**options, "input_shapes": data.get("input_shapes", {})}
+        if "profile_window_s" in data:
+            profile = options.get("profile")
+            profile = dict(profile) if isinstance(profile, dict) else {}
+            options["profile"] = {"window_s": data["profile_window_s"], **profile}
+        try:
+            data["run_options"] = RunOptions.from_dict(data.get("stages"), options)
+        except OptionsError as e:
+            raise serializers.ValidationError(
+                {_field_path(path): message for path, message in e.errors.items()}
+            ) from e
+        accuracy = data["run_options"].options.get("accuracy")
+        user, model = self.context["request"].user, data.get("model")
+        if accuracy is not None:
+            other, inputs = accuracy.other_model, accuracy.inputs
+            if other is not None and not OnnxModel.objects.filter(pk=other, owner=user).exists():
+                raise serializers.ValidationError(
+                    {"options.accuracy.other_model": f"you have no model with id {other}"}
+                )
+            if (
+                inputs is not None
+                and not InputData.objects.filter(pk=inputs, owner=user, model=model).exists()
+            ):
+                raise serializers.ValidationError(
+                    {
+                        "options.accuracy.inputs": f"model {model.pk} has no input set with id {inputs}"
+                    }
+                )
         return data
 
-    def stage_options(self) -> dict:
-        data = self.validated_data
-        options = {
-            "analyze": {"input_shapes": data["input_shapes"]},
-            "profile": {"window_s": data["profile_window_s"]},
-        }
-        for stage, values in data["options"].items():
-            options[stage] = {**options.get(stage, {}), **values}
-        return options
+
+def _field_path(path: str) -> str:
+    """Where a field lives in the request body: ``options.profile.window_s``, ``stages``."""
+    return path if path in ("stages", "input_shapes") else f"options.{path}"
 
 
 class StageResultSerializer(serializers.ModelSerializer):

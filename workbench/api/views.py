@@ -6,7 +6,7 @@ from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from jobs import pipeline
+from workbench import pipeline
 from workbench.api.errors import error_response
 from workbench.api.serializers import (
     ArtifactSerializer,
@@ -148,17 +148,12 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer = RunCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        options = serializer.stage_options()
-        try:
-            run = pipeline.create_run(
-                owner=request.user,
-                model=data["model"],
-                target=data["target"],
-                stages=data["stages"],
-                options=options,
-            )
-        except pipeline.PipelineError as e:
-            return error_response("invalid_stages", str(e), 400)
+        run = pipeline.create_run(
+            owner=request.user,
+            model=data["model"],
+            target=data["target"],
+            options=data["run_options"],
+        )
         run = self.get_queryset().get(pk=run.pk)
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 

@@ -17,9 +17,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs.celery import app
-from jobs.events import publish_run
-from jobs.stages import STAGE_ORDER, STAGES
+from engine.options import OptionsError
+from engine.stages import STAGES, RunOptions
+from workbench.celery import app
+from workbench.events import publish_run
 from workbench.models import ACTIVE, OnnxModel, Run, StageResult, Status, Target
 
 log = logging.getLogger(__name__)
@@ -28,42 +29,38 @@ RUN_STAGE_TASK = "workbench.run_stage"
 MAX_ATTEMPTS = 5
 
 
-class PipelineError(ValueError):
-    """A run request that cannot be honoured (unknown stage, stage not for this target)."""
+def create_run(*, owner, model: OnnxModel, target: Target, options: RunOptions) -> Run:
+    """Create a run with one queued StageResult per stage; enqueue the first after commit.
 
-
-def ordered_stages(requested: Iterable[str]) -> list[str]:
-    wanted = set(requested)
-    unknown = wanted - set(STAGE_ORDER)
-    if unknown:
-        raise PipelineError(
-            f"unknown stage(s): {', '.join(sorted(unknown))}; available: {', '.join(STAGE_ORDER)}"
-        )
-    if not wanted:
-        raise PipelineError("choose at least one stage")
-    # Every later stage reads the analysis, so analyze always runs first.
-    wanted.add("analyze")
-    return [name for name in STAGE_ORDER if name in wanted]
-
-
-def create_run(
-    *, owner, model: OnnxModel, target: Target, stages: Iterable[str], options: dict | None = None
-) -> Run:
-    """Create a run with one queued StageResult per stage; enqueue the first after commit."""
-    names = ordered_stages(stages)
+    ``options`` were validated by :meth:`RunOptions.from_dict` (the form and the API call
+    it), so what is stored is complete: every stage's options with their defaults."""
     with transaction.atomic():
-        run = Run.objects.create(
-            owner=owner,
-            model=model,
-            target=target,
-            config={"stages": names, "options": options or {}},
-        )
+        run = Run.objects.create(owner=owner, model=model, target=target, config=options.to_dict())
         StageResult.objects.bulk_create(
-            StageResult(run=run, stage=name, position=i) for i, name in enumerate(names)
+            StageResult(run=run, stage=name, position=i) for i, name in enumerate(options.stages)
         )
         first = run.stages.order_by("position").first()
         transaction.on_commit(lambda: enqueue_stage(first))
     return run
+
+
+def run_options(run: Run) -> RunOptions:
+    """The run's stored options, validated again (stored by :func:`create_run`). Runs
+    stored by an earlier version (input shapes under ``analyze``, options since removed)
+    are read with what still applies."""
+    config = run.config or {}
+    stages = config.get("stages") or ["analyze"]
+    options = dict(config.get("options") or {})
+    if "input_shapes" in config:
+        shapes = config["input_shapes"]
+    else:
+        shapes = (options.get("analyze") or {}).get("input_shapes") or {}
+    data: dict = {"input_shapes": shapes}
+    for name, values in options.items():
+        if name in STAGES and isinstance(values, dict):
+            known = {s.name for s in STAGES[name].options.spec()}
+            data[name] = {k: v for k, v in values.items() if k in known}
+    return RunOptions.from_dict(stages, data)
 
 
 def queue_for(target: Target) -> str:
@@ -116,38 +113,44 @@ def claim_stage(stage_id: int, *, worker: str) -> StageResult | None:
     return stage
 
 
-def finish_stage(stage: StageResult, *, result: dict | None = None, log_excerpt: str = "") -> bool:
-    """Mark a running stage succeeded, then enqueue the next stage or finish the run."""
+def finish_stage(
+    stage: StageResult,
+    *,
+    result: dict | None = None,
+    log_excerpt: str = "",
+    status: str = Status.SUCCEEDED,
+    message: str = "done",
+) -> bool:
+    """Mark a running stage succeeded (or not applicable, with the reason as
+    ``message``), then enqueue the next stage or finish the run."""
     now = timezone.now()
     with transaction.atomic():
         done = StageResult.objects.filter(pk=stage.pk, status=Status.RUNNING).update(
-            status=Status.SUCCEEDED,
+            status=status,
             progress=1.0,
-            message="done",
+            message=message[:300],
             finished_at=now,
             result=result,
             log_excerpt=log_excerpt[-4000:],
         )
         if not done:  # cancelled or reaped meanwhile: the result is dropped on purpose
             return False
-        nxt = (
-            StageResult.objects.filter(run_id=stage.run_id, status=Status.QUEUED)
-            .order_by("position")
-            .first()
-        )
-        if nxt is None:
-            Run.objects.filter(pk=stage.run_id, status=Status.RUNNING).update(
-                status=Status.SUCCEEDED, progress=1.0, finished_at=now
-            )
-        else:
-            _update_run_progress(stage.run_id)
-            transaction.on_commit(lambda: enqueue_stage(nxt))
+        _advance(stage.run_id, now)
     publish_run(stage.run_id)
     return True
 
 
-def fail_stage(stage_id: int, *, code: str, message: str, log_excerpt: str = "") -> bool:
-    """Mark a running stage failed, skip the stages after it and fail the run."""
+def fail_stage(
+    stage_id: int,
+    *,
+    code: str,
+    message: str,
+    log_excerpt: str = "",
+    skip_all: bool = False,
+) -> bool:
+    """Mark a running stage failed and skip the queued stages that need its result (all of
+    them with ``skip_all``: the model itself could not be prepared). The others still run;
+    the run fails once no stage is left."""
     now = timezone.now()
     with transaction.atomic():
         failed = StageResult.objects.filter(pk=stage_id, status=Status.RUNNING).update(
@@ -160,15 +163,58 @@ def fail_stage(stage_id: int, *, code: str, message: str, log_excerpt: str = "")
         )
         if not failed:
             return False
-        run_id = StageResult.objects.values_list("run_id", flat=True).get(pk=stage_id)
-        StageResult.objects.filter(run_id=run_id, status=Status.QUEUED).update(
-            status=Status.SKIPPED, message="skipped: an earlier stage failed"
-        )
-        Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
-            status=Status.FAILED, finished_at=now, error_code=code, error_message=message
-        )
-    publish_run(run_id)
+        stage = StageResult.objects.select_related("run").get(pk=stage_id)
+        queued = StageResult.objects.filter(run_id=stage.run_id, status=Status.QUEUED)
+        if skip_all:
+            queued.update(status=Status.SKIPPED, message="skipped: the model could not be prepared")
+        else:
+            needing = dependents(stage.run, stage.stage)
+            for name in needing:
+                queued.filter(stage=name).update(
+                    status=Status.SKIPPED,
+                    message=f"skipped: it needs the {stage.stage} stage, which failed",
+                )
+        _advance(stage.run_id, now)
+    publish_run(stage.run_id)
     return True
+
+
+def dependents(run: Run, failed: str) -> list[str]:
+    """The run's stages that need ``failed``'s result, directly or through another."""
+    try:
+        options = run_options(run)
+    except OptionsError:
+        return [s for s in run.config.get("stages", []) if s != failed]
+    lost, found = {failed}, []
+    for name in options.stages:
+        if set(STAGES[name].needs(options.options[name])) & lost:
+            lost.add(name)
+            found.append(name)
+    return found
+
+
+def _advance(run_id: int, now) -> None:
+    """Enqueue the next queued stage, or end the run: failed if a stage failed."""
+    nxt = StageResult.objects.filter(run_id=run_id, status=Status.QUEUED).order_by("position")
+    nxt = nxt.first()
+    if nxt is not None:
+        _update_run_progress(run_id)
+        transaction.on_commit(lambda: enqueue_stage(nxt))
+        return
+    failed = (
+        StageResult.objects.filter(run_id=run_id, status=Status.FAILED).order_by("position").first()
+    )
+    if failed is None:
+        Run.objects.filter(pk=run_id, status=Status.RUNNING).update(
+            status=Status.SUCCEEDED, progress=1.0, finished_at=now
+        )
+        return
+    Run.objects.filter(pk=run_id, status__in=ACTIVE).update(
+        status=Status.FAILED,
+        finished_at=now,
+        error_code=failed.error_code,
+        error_message=f"{failed.stage}: {failed.error_message}",
+    )
 
 
 def cancel_run(run: Run) -> bool:
@@ -240,5 +286,5 @@ def _update_run_progress(run_id: int) -> None:
     rows = list(StageResult.objects.filter(run_id=run_id).values_list("status", "progress"))
     if not rows:
         return
-    total = sum(1.0 if status == Status.SUCCEEDED else progress for status, progress in rows)
+    total = sum(progress if status in ACTIVE else 1.0 for status, progress in rows)
     Run.objects.filter(pk=run_id, status__in=ACTIVE).update(progress=total / len(rows))

@@ -9,7 +9,7 @@ from tests.engine.onnx_builders import build, weight
 
 pytest.importorskip("tvm")
 
-from engine.fusion.memory import KERNEL_DOMAIN, tvm_comparison, tvm_memory  # noqa: E402
+from engine.memory.tvm import KERNEL_DOMAIN, tvm_comparison, tvm_memory  # noqa: E402
 
 onnx_helper = pytest.importorskip("onnx.helper")
 

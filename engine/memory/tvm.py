@@ -25,6 +25,7 @@ import onnx
 from engine.errors import ProgressFn
 from engine.graph.ir import Graph, Node, Tensor
 from engine.graph.tensors import static_shape, tensor_bytes
+from engine.memory.plan import MemoryConfig, plan_memory
 
 KERNEL_DOMAIN = "tvm"
 """Domain of kernel nodes in the kernel graph: never written in place (TVM does not)."""
@@ -249,8 +250,6 @@ def tvm_comparison(
     follow. ``ratio`` is ours / TVM's (below 1: we need less).
     """
     import tvm
-
-    from engine.memory import MemoryConfig, plan_memory
 
     report = progress or (lambda fraction, message: None)
     found = tvm_memory(source, input_shapes, progress=lambda f, m: report(0.8 * f, m))

@@ -1,0 +1,36 @@
+"""What a stage's entry point takes besides the prepared model and its options, and how it
+says that it does not apply (:mod:`engine.stages` lists the stages)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import EngineError
+
+
+class NotApplicable(EngineError):
+    """The stage does not apply to this target or these options; ``message`` says why.
+    Not a failure: the stages after it run."""
+
+    code = "not_applicable"
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """What a stage gets besides the prepared model: results of earlier stages of the same
+    run that it reads (``uses`` / ``needs``), by stage name, as their ``to_dict()`` JSON;
+    files the caller resolved for it (``source``: the model as uploaded, ``inputs``: an
+    .npz, ``other_model``: another .onnx); ``workdir``, a directory where the stage
+    writes its artifacts (none are kept without it); and ``tuning_store``, where compiles
+    share tuning records (a directory or a ``RecordStore``; none: no sharing)."""
+
+    results: Mapping[str, dict] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    tuning_store: Any = None
+
+
+NO_INPUTS = StageInputs()
+"""A stage run on its own: no earlier results, no files, no artifacts kept."""

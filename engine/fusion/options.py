@@ -1,0 +1,31 @@
+"""Options of the compile stage (light: the web form and the API validate with it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.options import StageOptions, option
+
+RULES = ("horizontal", "sink-reshape", "sum-to-add", "layer-norm")
+"""Our fusion rules, in the order the planner tries them (a test checks the registry)."""
+
+
+@dataclass(frozen=True)
+class CompileOptions(StageOptions):
+    stage = "compile"
+
+    threads: int = option(
+        0, "threads of the compiled model and of onnxruntime (0: all cores)", min=0, max=256
+    )
+    tune_minutes: float = option(
+        0.0,
+        "MetaSchedule tuning budget in minutes (0: our default schedules only)",
+        min=0.0,
+        max=240.0,
+        label="Tuning minutes",
+    )
+    tune_trials: int = option(
+        0, "MetaSchedule trial budget (0: set by the minutes)", min=0, max=100_000, public=False
+    )
+    rules: tuple[str, ...] = option(RULES, "our fusion rules to try", choices=RULES, public=False)
+    target: str = option("host", "TVM target: this CPU", choices=("host",), public=False)

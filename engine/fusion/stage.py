@@ -1,0 +1,61 @@
+"""The compile stage's entry point: the TVM build of the prepared model, checked against
+onnxruntime, with its artifact (kept when the caller gives a workdir)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+
+from engine.contract import NO_INPUTS, StageInputs
+from engine.errors import ProgressFn
+from engine.fusion.compile import CompileConfig, compile_model
+from engine.fusion.options import CompileOptions
+from engine.graph.prepared import PreparedModel
+from engine.targets.schema import TargetProfile
+
+
+@dataclass
+class CompileReport:
+    """The compile result (``details``) and the artifacts kept (kind -> path)."""
+
+    latency_ms: float | None
+    onnxruntime_latency_ms: float | None
+    outputs_match: bool | None
+    details: dict = field(repr=False)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return self.details
+
+
+def run(
+    prepared: PreparedModel,
+    target: TargetProfile | None,
+    options: CompileOptions,
+    progress: ProgressFn,
+    inputs: StageInputs = NO_INPUTS,
+) -> CompileReport:
+    """Compile ``prepared`` for this machine's CPU (the compile stage runs where it is
+    measured); the artifact goes to ``inputs.workdir``."""
+    with tempfile.TemporaryDirectory(prefix="workbench-compile-") as scratch:
+        config = CompileConfig(
+            out_dir=inputs.workdir or scratch,
+            target=options.target,
+            threads=options.threads,
+            input_shapes=prepared.input_shapes,
+            rules=options.rules,
+            tune_trials=options.tune_trials,
+            tune_minutes=options.tune_minutes,
+            tuning_store=inputs.tuning_store,
+        )
+        result = compile_model(prepared.model, config, progress=progress).to_dict()
+    artifacts = {"compiled_library": result["artifact"]} if inputs.workdir else {}
+    if not inputs.workdir:
+        result["artifact"] = None
+    return CompileReport(
+        result["latency_ms"],
+        result["onnxruntime_latency_ms"],
+        result["outputs_match"],
+        result,
+        artifacts,
+    )

@@ -1,0 +1,96 @@
+"""The partition stage's entry point: every algorithm on one problem, judged by one simulator.
+
+The problem comes from the prepared model and the target's cost model; with a network, a
+cloud unit joins it for the mobile-cloud split. The best valid plan's sub-models are run
+in onnxruntime against the whole model, and kept as an artifact when there is a workdir.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.contract import NO_INPUTS, NotApplicable, StageInputs
+from engine.errors import ProgressFn
+from engine.graph.prepared import PreparedModel
+from engine.partition.api import compare_algorithms
+from engine.partition.options import PartitionStageOptions
+from engine.partition.registry import PartitionOptions
+from engine.partition.targets import problem_for_target
+from engine.targets.catalog import get_target, load_presets
+from engine.targets.schema import TargetProfile
+
+
+@dataclass
+class PartitionReport:
+    """The comparison (``details``: every algorithm's plan, the best, the verdict) and the
+    artifacts written (kind -> path)."""
+
+    target: str
+    best: str | None
+    best_makespan_ms: float | None
+    details: dict = field(repr=False)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {**self.details, "target": self.target}
+
+
+def run(
+    prepared: PreparedModel,
+    target: TargetProfile,
+    options: PartitionStageOptions,
+    progress: ProgressFn,
+    inputs: StageInputs = NO_INPUTS,
+) -> PartitionReport:
+    """Partition ``prepared`` across ``target``'s units. Raises :class:`NotApplicable` for a
+    target with one unit and no cloud to offload to."""
+    if len(target.units) < 2 and options.network is None:
+        raise NotApplicable(
+            f"target '{target.name}' has one compute unit ({target.units[0].name}): there is "
+            "nothing to partition",
+            hint="Pick a target with several units (e.g. the phone SoC preset), or choose a "
+            "network to consider offloading to a cloud server.",
+        )
+    cloud = cloud_target(options.cloud, target.name) if options.network else None
+    progress(0.02, "pricing every op on every unit")
+    problem = problem_for_target(prepared.graph, target, cloud=cloud, network=options.network)
+    details = compare_algorithms(
+        problem,
+        list(options.algorithms) or None,
+        PartitionOptions(time_limit_s=options.time_limit_s, objective=options.objective),
+        progress=lambda f, m: progress(0.05 + 0.75 * f, m),
+    )
+    details["notes"] = list(problem.notes)
+    details["cloud"] = cloud.name if cloud is not None else None
+    best = details.get("best")
+    artifacts = {}
+    if best and (options.check_execution or inputs.workdir):
+        from engine.partition.export import split_model
+
+        progress(0.85, f"splitting the model by the {best} plan")
+        subs = split_model(prepared.model, details["results"][best]["placement"])
+        if options.check_execution:
+            from engine.partition.execute import check_partitioned
+
+            progress(0.9, "running the sub-models against the whole model (onnxruntime)")
+            details["execution_check"] = check_partitioned(prepared.model, subs).to_dict()
+        if inputs.workdir:
+            folder = Path(inputs.workdir) / "submodels"
+            subs.save(folder)
+            archive = shutil.make_archive(
+                str(Path(inputs.workdir) / f"submodels-{best}"), "zip", folder
+            )
+            artifacts["schedule"] = archive
+    return PartitionReport(target.name, best, details.get("best_makespan_ms"), details, artifacts)
+
+
+def cloud_target(name: str | None, mobile: str) -> TargetProfile:
+    """The named cloud target, else the first preset that describes networks."""
+    if name is not None:
+        return get_target(name)
+    for profile in load_presets():
+        if profile.networks and profile.name != mobile:
+            return profile
+    raise NotApplicable("no cloud target with networks is available to offload to")

@@ -1,0 +1,159 @@
+"""The profile stage's entry point: measured on a measured target, predicted on a modeled one.
+
+Measured (the worker's own CPU): per-op times from onnxruntime's profiler, the whole model
+timed with the profiler off next to a plain session, optionally the TVM build's kernels,
+sweeps over threads and batch, the machine's roofs and a calibrated modeled copy of it.
+Predicted: per-op latency on every unit of the target from its cost model. Every number
+says which it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.contract import NO_INPUTS, NotApplicable, StageInputs
+from engine.errors import Cancelled, EngineError, ProgressFn, error_line
+from engine.graph.prepared import PreparedModel
+from engine.profiling.calibrate import calibrate, modeled_copy
+from engine.profiling.findings import find_all
+from engine.profiling.nodes import NodeProfileConfig, profile_nodes
+from engine.profiling.options import ProfileOptions
+from engine.profiling.predicted import predict_profile
+from engine.profiling.roofs import measure_roofs
+from engine.profiling.sweeps import sweep_batch, sweep_threads
+from engine.targets.schema import TargetProfile
+
+
+@dataclass
+class ProfileReport:
+    """``latency_ms`` is the whole model's median (measured) or the best unit's sum
+    (predicted), ``None`` when unknown; ``details`` holds the full profile."""
+
+    target: str
+    measured: bool
+    latency_ms: float | None
+    unit: str | None
+    details: dict = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {
+            **self.details,
+            "target": self.target,
+            "measured": self.measured,
+            "latency_ms": self.latency_ms,
+            "unit": self.unit,
+        }
+
+
+def run(
+    prepared: PreparedModel,
+    target: TargetProfile,
+    options: ProfileOptions,
+    progress: ProgressFn,
+    inputs: StageInputs = NO_INPUTS,
+) -> ProfileReport:
+    """Profile ``prepared`` on ``target``: measured when ``target`` is this machine's
+    (``kind == "measured"``), predicted when it is modeled."""
+    if target.kind == "modeled":
+        return _predicted(prepared, target, options, progress)
+    if target.kind != "measured":
+        raise NotApplicable(
+            f"target '{target.name}' is a remote device, and remote profiling is not available yet",
+            hint="Profile on a measured target (host) or a modeled one.",
+        )
+    return _measured(prepared, target, options, progress, inputs)
+
+
+def _predicted(
+    prepared: PreparedModel, target: TargetProfile, options: ProfileOptions, progress
+) -> ProfileReport:
+    progress(0.3, f"predicting per-op latency on {target.name}'s units")
+    predicted = predict_profile(prepared.graph, target).to_dict()
+    unit = options.unit or predicted["best_unit"]
+    if options.unit is not None:
+        target.unit(options.unit)  # raises: no such unit
+    chosen = next((u for u in predicted["units"] if u["name"] == unit), None)
+    latency = chosen["latency_ms"] if chosen and chosen["complete"] else None
+    predicted["findings"] = [f.to_dict() for f in find_all(predicted=predicted)]
+    _name_user_nodes(predicted["ops"], prepared)
+    return ProfileReport(target.name, False, latency, unit, predicted)
+
+
+def _measured(
+    prepared: PreparedModel,
+    target: TargetProfile,
+    options: ProfileOptions,
+    progress: ProgressFn,
+    inputs: StageInputs,
+) -> ProfileReport:
+    config = NodeProfileConfig(
+        threads=options.threads,
+        window_s=options.window_s,
+        input_shapes=prepared.input_shapes,
+        graph_optimization=options.graph_optimization,
+        reference=True,
+    )
+    end = 0.4 if options.sweeps else 0.6 if options.tvm_kernels else 0.85
+    result = profile_nodes(prepared.model, config, progress=_span(progress, 0.0, end)).to_dict()
+    latency_stats = result.pop("latency_ms")
+    result["latency"] = latency_stats
+    _name_user_nodes(result["ops"], prepared)
+    sweeps = []
+    if options.sweeps:
+        source = inputs.files.get("source") or prepared.model
+        sweeps.append(sweep_threads(prepared.model, progress=_span(progress, 0.4, 0.5)).to_dict())
+        sweeps.append(sweep_batch(source, progress=_span(progress, 0.5, 0.6)).to_dict())
+    result["sweeps"] = sweeps
+    if options.tvm_kernels:
+        result["tvm_kernels"] = _tvm_kernels(prepared, options, result, progress)
+    roofs = measure_roofs(
+        options.threads, window_s=0.5, progress=_span(progress, 0.85, 0.93)
+    ).to_dict()
+    result["roofs"] = roofs
+    progress(0.95, "calibrating a modeled copy of this machine")
+    copy = modeled_copy(target, roofs["peak_gflops_fp32"], roofs["mem_bw_gbps"])
+    # calibrate() reads the NodeProfile's own layout, where latency_ms is the statistics.
+    as_profiled = {**result, "latency_ms": latency_stats}
+    result["calibration"] = calibrate(
+        copy, {prepared.header.graph_name or "model": as_profiled}
+    ).to_dict()
+    result["findings"] = [f.to_dict() for f in find_all(as_profiled, sweeps)]
+    return ProfileReport(target.name, True, latency_stats["median"], result["unit"], result)
+
+
+def _tvm_kernels(
+    prepared: PreparedModel, options: ProfileOptions, result: dict, progress: ProgressFn
+) -> dict:
+    """Per-kernel latency of the model's TVM build; a model TVM cannot build is a note
+    in the result, the onnxruntime profile stands."""
+    from engine.profiling.tvm_kernels import KernelTimingConfig, profile_tvm_kernels
+
+    ops_us = {op["name"]: op["typical_us"] for op in result["ops"] if op["typical_us"] is not None}
+    config = KernelTimingConfig(
+        threads=options.threads,
+        window_s=min(float(result["window_s"]), 3.0),
+        input_shapes=prepared.input_shapes,
+    )
+    try:
+        found = profile_tvm_kernels(
+            prepared.model, config, ops_us, progress=_span(progress, 0.6, 0.85)
+        )
+    except Cancelled:
+        raise
+    except EngineError as e:
+        return {"failed": e.message}
+    except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+        return {"failed": f"{type(e).__name__}: {error_line(e, 300)}"}
+    return found.to_dict()
+
+
+def _name_user_nodes(ops: list[dict], prepared: PreparedModel) -> None:
+    """Each op row names the user's node(s) it stands for where preparation renamed."""
+    for op in ops:
+        users = prepared.user_nodes.get(op["name"])
+        if users is not None and users != (op["name"],):
+            op["user_names"] = list(users)
+
+
+def _span(progress: ProgressFn, start: float, end: float) -> ProgressFn:
+    return lambda fraction, message: progress(start + (end - start) * fraction, message)
