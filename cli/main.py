@@ -45,7 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     targets.set_defaults(func=_targets)
     stages.add_commands(subparsers)
     client.add_commands(subparsers)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage errors (exit 2) and --help (0) return their code
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     return args.func(args)
 
 

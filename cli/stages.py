@@ -76,7 +76,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         )
         group = parser.add_argument_group(f"{stage} options (the engine's, with its defaults)")
         for option in spec.options.spec():
-            _add_option(group, option)
+            if not option.server_id:  # ids of stored objects: the CLI names files instead
+                _add_option(group, option)
         EXTRA.get(command, lambda p: None)(parser)
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
@@ -153,7 +154,9 @@ def run_stage(model: str, stage: str, options: RunOptions, *, target: str, args=
         workdir=getattr(args, "out", None),
         tuning_store=getattr(args, "tuning_store", None),
     )
-    progress = _progress if args is not None and not args.json else _quiet
+    # Progress lines for a person at a terminal; a pipe or a log gets only the result.
+    shown = args is not None and not args.json and sys.stderr.isatty()
+    progress = _progress if shown else _quiet
     try:
         return STAGES[stage].load()(prepared, profile, options.options[stage], progress, inputs)
     except NotApplicable as e:
@@ -258,13 +261,28 @@ def _accuracy_prepare(args: argparse.Namespace, values: dict) -> None:
         values["other_model"] = 0  # the command line's id of "the file given with --other"
 
 
-EXTRA = {"partition": _partition_flags, "compile": _compile_flags, "accuracy": _accuracy_flags}
+def _analyze_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", action="store_true", help="include the per-node list")
+
+
+def _analyze_finish(args: argparse.Namespace, output: dict) -> dict:
+    if not args.nodes:
+        output.pop("node_list", None)
+    return output
+
+
+EXTRA = {
+    "analyze": _analyze_flags,
+    "partition": _partition_flags,
+    "compile": _compile_flags,
+    "accuracy": _accuracy_flags,
+}
 PREPARE = {
     "partition": _partition_prepare,
     "compile": _compile_prepare,
     "accuracy": _accuracy_prepare,
 }
-FINISH = {"partition": _partition_finish}
+FINISH = {"analyze": _analyze_finish, "partition": _partition_finish}
 
 
 # --- parsing helpers ------------------------------------------------------------------

@@ -53,9 +53,11 @@ def option(
     choices: tuple[str, ...] | None = None,
     label: str | None = None,
     public: bool = True,
+    server_id: bool = False,
 ) -> Any:
     """Declare an option field. ``public=False`` hides it from the form (the API and
-    the CLI still take it)."""
+    the CLI still take it); ``server_id=True`` marks the id of a stored object, which the
+    command line names by a file instead."""
     meta = {
         "help": help,
         "min": min,
@@ -63,6 +65,7 @@ def option(
         "choices": choices,
         "label": label,
         "public": public,
+        "server_id": server_id,
     }
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
@@ -84,6 +87,7 @@ class OptionSpec:
     max: float | None
     choices: tuple[str, ...] | None
     public: bool
+    server_id: bool = False
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {
@@ -158,6 +162,7 @@ class StageOptions:
                     max=meta.get("max"),
                     choices=meta.get("choices"),
                     public=meta.get("public", True),
+                    server_id=meta.get("server_id", False),
                 )
             )
         return specs

@@ -29,11 +29,13 @@ class AccuracyOptions(StageOptions):
         "the other model (candidate 'other'): a model id on the server; on the command "
         "line 0, the file given with --other",
         public=False,
+        server_id=True,
     )
     inputs: int | None = option(
         None,
         "id of an uploaded .npz input set (default: generated from the input specs)",
         public=False,
+        server_id=True,
     )
     seed: int = option(0, "seed of the generated inputs", min=0, max=2**31 - 1, public=False)
     distribution: str = option(

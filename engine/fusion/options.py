@@ -28,4 +28,3 @@ class CompileOptions(StageOptions):
         0, "MetaSchedule trial budget (0: set by the minutes)", min=0, max=100_000, public=False
     )
     rules: tuple[str, ...] = option(RULES, "our fusion rules to try", choices=RULES, public=False)
-    target: str = option("host", "TVM target: this CPU", choices=("host",), public=False)

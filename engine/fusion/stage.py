@@ -35,12 +35,11 @@ def run(
     progress: ProgressFn,
     inputs: StageInputs = NO_INPUTS,
 ) -> CompileReport:
-    """Compile ``prepared`` for this machine's CPU (the compile stage runs where it is
-    measured); the artifact goes to ``inputs.workdir``."""
+    """Compile ``prepared`` for this machine's CPU (the compile stage runs on the worker of
+    the run's target); the artifact goes to ``inputs.workdir``."""
     with tempfile.TemporaryDirectory(prefix="workbench-compile-") as scratch:
         config = CompileConfig(
             out_dir=inputs.workdir or scratch,
-            target=options.target,
             threads=options.threads,
             input_shapes=prepared.input_shapes,
             rules=options.rules,

@@ -18,8 +18,9 @@ data propagation left 10-40% of the tensors of TorchScript exports without a sha
 symbolic shape inference knew every shape but folds nothing, so the shape arithmetic
 stays as nodes (MobileNetV2: 1,092 nodes) that TVM's importer then rejects; onnxslim
 folds it (MobileNetV2: 117 nodes, every tensor known, node names kept) in about a second.
-So: onnxslim, with only its folding and dead-code passes (no fusion: the analysis shows
-the model's own ops); where it fails, or leaves shapes unknown, onnxruntime's symbolic
+So: onnxslim, with only its folding, dead-code and common-subexpression passes (no
+fusion: the analysis shows the model's own ops; no weight tying: the parameters stay the
+model's); where it fails, or leaves shapes unknown, onnxruntime's symbolic
 inference supplies the shapes on the unfolded graph and the report says so.
 
 A value nobody can know stays unknown: tensors whose shape is still unknown after all
@@ -269,7 +270,11 @@ def _fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str, bool, list[str]
         copy = onnx.ModelProto()
         copy.CopyFrom(model)  # onnxslim edits its input
         folded = onnxslim.slim(
-            copy, size_threshold=MAX_FOLDED_BYTES, skip_optimizations=["graph_fusion"]
+            copy,
+            size_threshold=MAX_FOLDED_BYTES,
+            # No fusion (the analysis shows the model's own ops) and no tying of equal
+            # weights (the parameter count stays the model's).
+            skip_optimizations=["graph_fusion", "weight_tying"],
         )
         if folded is None:
             raise RuntimeError("onnxslim returned no model")

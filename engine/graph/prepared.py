@@ -13,7 +13,7 @@ from engine.graph.ir import Graph
 from engine.graph.loader import ModelHeader
 from engine.graph.options import DEFAULT_BATCH, DEFAULT_DIM
 
-PREPARE_VERSION = 1
+PREPARE_VERSION = 2
 """Part of the cache key: bump it when preparation changes what it produces."""
 
 

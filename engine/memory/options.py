@@ -36,6 +36,15 @@ class MemoryOptions(StageOptions):
     time_limit_s: float = option(
         1.0, "time limit of each searching planner", min=0.05, max=120.0, public=False
     )
+    local_buffer_bytes: int | None = option(
+        None,
+        "fit a local buffer of this many bytes (GraphTurbo's levels; default: the target "
+        "unit's own, if it has one)",
+        public=False,
+    )
+    global_buffer_bytes: int | None = option(
+        None, "the global buffer beside that local buffer", public=False
+    )
     compare_tvm: bool = option(
         True,
         "also build with TVM and show its static allocation next to our plan",

@@ -52,7 +52,7 @@ def run(
         in_place=options.in_place,
         order_search=options.order_search,
         time_limit_s=options.time_limit_s,
-        levels=next((lv for lv in map(_levels, units.values()) if lv), None),
+        levels=_chosen_levels(options, units),
     )
     report = plan_memory(prepared.graph, config, progress=lambda f, m: progress(0.5 * f, m))
     full = report.to_dict(plans=True)
@@ -76,6 +76,13 @@ def run(
     if options.compare_tvm:
         result["tvm"] = _tvm(prepared, options, progress)
     return MemoryStageReport(report.lower_bound_bytes, report.best, report.valid, result, artifacts)
+
+
+def _chosen_levels(options: MemoryOptions, units: dict[str, Unit]) -> LevelConfig | None:
+    """The local buffer the options name, else the first unit's that has one."""
+    if options.local_buffer_bytes is not None:
+        return LevelConfig(options.local_buffer_bytes, options.global_buffer_bytes)
+    return next((lv for lv in map(_levels, units.values()) if lv), None)
 
 
 def _levels(unit: Unit) -> LevelConfig | None:

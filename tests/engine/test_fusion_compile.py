@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import tarfile
@@ -13,9 +12,9 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx_builders import build
 
+from cli.main import main
 from engine.errors import EngineError
 from engine.fusion import CompileConfig, compile_model, segment_builds
-from engine.fusion.cli import add_commands
 
 pytest.importorskip("tvm")
 
@@ -180,10 +179,7 @@ def test_unknown_target_is_a_bad_input(save, tmp_path):
 
 
 def _cli(argv):
-    parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main([*argv, "--cache-dir", "none"])
 
 
 def test_cli_prints_the_architecture_keys(save, tmp_path, capsys):

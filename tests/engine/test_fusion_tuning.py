@@ -202,22 +202,17 @@ def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_pat
 
 
 def test_the_cli_reports_tuning_and_the_whole_model_check(save, tmp_path, monkeypatch, capsys):
-    import argparse
-
+    from cli.main import main
     from engine.fusion import tuning as tuning_module
     from engine.fusion import whole_model_check as check_module
-    from engine.fusion.cli import add_commands
 
     monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
     monkeypatch.setattr(
         check_module, "_time_alternating", lambda first, second, spec, config, report: (3, 2, 5)
     )
-    parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers(dest="command"))
     argv = ["compile", str(save(dense_model())), "--threads", "1", "--out", str(tmp_path / "o")]
     argv += ["--tune-trials", str(SMALL), "--tuning-store", str(tmp_path / "store")]
-    args = parser.parse_args(argv)
-    assert args.func(args) == 0
+    assert main([*argv, "--cache-dir", "none"]) == 0
     out = capsys.readouterr().out
     assert f"tuning                   {SMALL} trials in " in out
     assert "whole_model_check        kept default schedules (tuned 3.0 ms, default 2.0 ms)" in out
