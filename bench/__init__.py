@@ -1,0 +1,1 @@
+"""Benchmarks (scripts that print JSON) and the cached real-model set, ``real_models``."""
