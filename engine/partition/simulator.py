@@ -12,16 +12,38 @@ Links are not a contended resource: a link carries several transfers at once, ea
 overlaps with independent ops). This keeps the simulator monotone: a schedule found by the
 exact solver, replayed here with the same per-unit order, never gets longer. The Gantt
 chart draws each link as a lane; bars on it may overlap.
+
+An op may take 0 us (a view op on a unit whose launch overhead is unknown: it moves no data
+and the cost model counts the unknown launch as 0). It runs at an instant: the validator
+accepts it where its unit is free, including the instant another op starts or ends there,
+and rejects it strictly inside another op's run, which would need preemption.
+
+:func:`checked_schedule` is the one door every plan goes through before it is returned,
+compared or chosen: it simulates and validates, and a plan that fails is a bug in the
+algorithm that made it (:class:`InvalidPlan`), never a result.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.partition.problem import PartitionError, PartitionProblem
 
 _TOLERANCE_US = 1e-6
+log = logging.getLogger(__name__)
+
+
+class InvalidPlan(PartitionError):
+    """A plan the simulator or the validator rejects: a bug in the algorithm that made it.
+    ``errors`` lists the violations."""
+
+    code = "invalid_plan"
+
+    def __init__(self, message: str, errors: Sequence[str]):
+        super().__init__(message)
+        self.errors = list(errors)
 
 
 @dataclass(frozen=True)
@@ -87,7 +109,7 @@ def simulate(problem: PartitionProblem, placement: Sequence[int], order: Sequenc
             else:
                 at = arrival.get((k, u), -1.0)
                 if at < 0:
-                    at = produced + link.transfer_us(t.bytes)
+                    at = produced + _moved_us(problem, k, link)
                     arrival[(k, u)] = at
                     transfers.append(Transfer(k, src, src_unit, u, t.bytes, produced, at))
             if at > ready:
@@ -102,7 +124,7 @@ def simulate(problem: PartitionProblem, placement: Sequence[int], order: Sequenc
             src_unit = placement[t.src]
             link = link_table[src_unit][home] if src_unit != home else None
             if link is not None:
-                done = finish[t.src] + link.transfer_us(t.bytes)
+                done = finish[t.src] + _moved_us(problem, k, link)
                 transfers.append(Transfer(k, t.src, src_unit, home, t.bytes, finish[t.src], done))
                 makespan = max(makespan, done)
     return Schedule(
@@ -115,6 +137,30 @@ def simulate(problem: PartitionProblem, placement: Sequence[int], order: Sequenc
         unit_busy_us=tuple(busy),
         problem=problem,
     )
+
+
+def _moved_us(problem: PartitionProblem, k: int, link) -> float:
+    t = problem.tensors[k]
+    if t.bytes is None:
+        raise PartitionError(f"the plan moves tensor {t.name}, whose size is unknown")
+    return link.transfer_us(t.bytes)
+
+
+def checked_schedule(
+    problem: PartitionProblem, placement: Sequence[int], order: Sequence[int], algorithm: str = ""
+) -> Schedule:
+    """Simulate a plan and validate the schedule. Raises :class:`InvalidPlan` (and logs it
+    as the bug it is) when the plan is malformed or its schedule breaks a rule."""
+    try:
+        schedule = simulate(problem, placement, order)
+        errors = validate(problem, schedule)
+    except PartitionError as e:
+        errors = [e.message]
+    if errors:
+        who = algorithm or "an algorithm"
+        log.error("%s made an invalid plan: %s", who, "; ".join(errors[:5]))
+        raise InvalidPlan(f"the plan of {who} fails validation: {errors[0]}", errors)
+    return schedule
 
 
 def validate(problem: PartitionProblem, schedule: Schedule) -> list[str]:
@@ -153,16 +199,24 @@ def validate(problem: PartitionProblem, schedule: Schedule) -> list[str]:
             arrive = ready
             if problem.link_table[src_unit][home] is not None and src_unit != home:
                 transfer = moved.get((k, home))
-                arrive = transfer.finish_us if transfer else float("inf")
+                if transfer is None:
+                    errors.append(f"output {t.name}: never copied home")
+                    continue
+                arrive = transfer.finish_us
             if arrive > schedule.makespan_us + tol * max(1.0, arrive):
                 errors.append(f"output {t.name}: reaches home after the makespan")
+    start, finish = schedule.start_us, schedule.finish_us
     for u in range(len(problem.units)):
+        # By start, then finish: an op of 0 us at the instant another starts comes first.
         ops = sorted(
-            (i for i in range(n) if schedule.placement[i] == u), key=schedule.start_us.__getitem__
+            (i for i in range(n) if schedule.placement[i] == u), key=lambda i: (start[i], finish[i])
         )
-        for a, b in zip(ops, ops[1:], strict=False):
-            if schedule.start_us[b] < schedule.finish_us[a] - tol * max(1.0, schedule.finish_us[a]):
-                errors.append(f"{names[a]} and {names[b]} overlap on unit {problem.units[u]}")
+        busy = None  # the op whose run ends last so far
+        for b in ops:
+            if busy is not None and start[b] < finish[busy] - tol * max(1.0, finish[busy]):
+                errors.append(f"{names[busy]} and {names[b]} overlap on unit {problem.units[u]}")
+            if busy is None or finish[b] > finish[busy]:
+                busy = b
     if any(f > schedule.makespan_us + tol * max(1.0, f) for f in schedule.finish_us):
         errors.append("an op finishes after the makespan")
     return errors
@@ -184,6 +238,8 @@ def _check_arrival(problem, schedule, moved, k, src_unit, ready, d) -> list[str]
             return [
                 f"transfer of {tensor.name}: starts before it is produced or from the wrong unit"
             ]
+        if tensor.bytes is None:
+            return [f"transfer of {tensor.name}: its size is unknown"]
         if transfer.finish_us - transfer.start_us < link.transfer_us(tensor.bytes) - tol:
             return [f"transfer of {tensor.name}: shorter than the link allows"]
         arrive = transfer.finish_us
