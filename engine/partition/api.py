@@ -10,28 +10,41 @@ from engine.errors import ProgressFn
 from engine.partition.baselines import single_unit_makespans
 from engine.partition.problem import PartitionError, PartitionProblem
 from engine.partition.ranks import lower_bound_us
-from engine.partition.registry import PartitionOptions, Plan, get_algorithm
-from engine.partition.simulator import Schedule, simulate, validate
+from engine.partition.registry import (
+    NoPlan,
+    PartitionOptions,
+    Plan,
+    get_algorithm,
+    prices_own_cuts,
+)
+from engine.partition.simulator import InvalidPlan, Schedule, checked_schedule
 
 
 @dataclass
 class PartitionResult:
-    """One algorithm's plan, its simulated schedule and how it compares to one unit alone."""
+    """One algorithm's plan, its simulated schedule and how it compares to one unit alone.
+
+    ``plan`` and ``schedule`` are ``None`` when the algorithm found no plan (``reason`` says
+    why) or made one that failed validation (``errors`` lists the violations: a bug, never
+    shown as a result).
+    """
 
     algorithm: str
-    plan: Plan
-    schedule: Schedule
+    plan: Plan | None
+    schedule: Schedule | None
     solve_s: float
     single_unit_ms: dict[str, float]
     errors: list[str] = field(default_factory=list)
+    reason: str | None = None
+    details: dict = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
-        return not self.errors
+        return self.schedule is not None and not self.errors
 
     @property
-    def makespan_ms(self) -> float:
-        return self.schedule.makespan_us / 1e3
+    def makespan_ms(self) -> float | None:
+        return None if self.schedule is None else self.schedule.makespan_us / 1e3
 
     @property
     def best_single_unit(self) -> str | None:
@@ -46,13 +59,32 @@ class PartitionResult:
     @property
     def gap(self) -> float | None:
         """``(makespan - bound) / makespan`` for an algorithm that proves a bound."""
+        if self.plan is None or self.schedule is None:
+            return None
         bound = self.plan.bound_us
         if bound is None or self.schedule.makespan_us <= 0:
             return None
         return max(0.0, (self.schedule.makespan_us - bound) / self.schedule.makespan_us)
 
     def to_dict(self) -> dict:
-        """The result JSON (ARCHITECTURE 5b ``partition`` keys and the full schedule)."""
+        """The result JSON (ARCHITECTURE 5b ``partition`` keys and the full schedule); without
+        a plan, ``"plan": null`` and the ``reason``."""
+        if self.plan is None or self.schedule is None:
+            return {
+                "algorithm": self.algorithm,
+                "plan": None,
+                "reason": self.reason,
+                "valid": False,
+                "errors": self.errors[:20],
+                "makespan_ms": None,
+                "best_single_unit_ms": _round(self.best_single_unit_ms),
+                "best_single_unit": self.best_single_unit,
+                "single_unit_ms": {u: _round(v) for u, v in self.single_unit_ms.items()},
+                "speedup": None,
+                "solve_s": round(self.solve_s, 4),
+                "status": None,
+                "details": dict(self.details),
+            }
         problem, s = self.schedule.problem, self.schedule
         units, ops = problem.units, problem.ops
         best = self.best_single_unit_ms
@@ -111,28 +143,36 @@ def partition_model(
 ) -> PartitionResult:
     """Run ``algorithm`` on ``problem``, simulate and validate its plan.
 
-    Raises :class:`PartitionError` for an unknown algorithm or one that does not apply
-    (``mobile-cloud`` without a network); a :class:`~engine.errors.Cancelled` raised by
-    ``progress`` propagates.
+    Raises :class:`PartitionError` for an unknown algorithm, one that does not apply
+    (``mobile-cloud`` without a network), or a problem it cannot price (a tensor of unknown
+    size that may cross units); a :class:`~engine.errors.Cancelled` raised by ``progress``
+    propagates. An algorithm that finds no plan, or makes one that fails validation, gives a
+    result without a plan and the reason.
     """
     options = options or PartitionOptions()
     run = get_algorithm(algorithm)
+    if not prices_own_cuts(algorithm):
+        problem.require_priced()
     if progress is not None:
         progress(0.0, f"partitioning with {algorithm}")
+    singles = {u: v / 1e3 for u, v in single_unit_makespans(problem).items()}
     started = time.perf_counter()
-    plan = run(problem, options, progress)
+    try:
+        plan = run(problem, options, progress)
+        schedule = checked_schedule(problem, plan.placement, plan.order, algorithm)
+    except NoPlan as e:
+        elapsed = time.perf_counter() - started
+        return PartitionResult(
+            algorithm, None, None, elapsed, singles, reason=e.message, details=e.details
+        )
+    except InvalidPlan as e:  # logged where it was caught; a bug, so no plan is shown
+        elapsed = time.perf_counter() - started
+        reason = f"internal error, the plan is not shown: {e.message}"
+        return PartitionResult(algorithm, None, None, elapsed, singles, e.errors, reason)
     solve_s = time.perf_counter() - started
-    schedule = simulate(problem, plan.placement, plan.order)
     if progress is not None:
         progress(1.0, f"{algorithm}: {schedule.makespan_us / 1e3:.3f} ms")
-    return PartitionResult(
-        algorithm=algorithm,
-        plan=plan,
-        schedule=schedule,
-        solve_s=solve_s,
-        single_unit_ms={u: v / 1e3 for u, v in single_unit_makespans(problem).items()},
-        errors=validate(problem, schedule),
-    )
+    return PartitionResult(algorithm, plan, schedule, solve_s, singles)
 
 
 DEFAULT_COMPARISON = ("heft", "hope-heuristic", "chain-dp", "blocks", "hope-ilp", "mobile-cloud")
@@ -148,24 +188,34 @@ def compare_algorithms(
 
     The report holds each algorithm's result JSON, its speedup over the best single unit and
     its gap to the best lower bound found (the exact solver's, or a simple bound), the best
-    plan, and a verdict that says plainly when partitioning gains little.
+    plan, and a verdict that says plainly when partitioning gains little. Only validated
+    plans are compared: an algorithm without one is in ``failed`` with the reason, and in
+    ``invalid`` too when its plan failed validation (a bug).
     """
     options = options or PartitionOptions()
     if names is None:
         names = [n for n in DEFAULT_COMPARISON if n != "mobile-cloud" or problem.network]
     results: dict[str, dict] = {}
     failures: dict[str, str] = {}
+    invalid: list[str] = []
     for k, name in enumerate(names):
+        step = _scaled(progress, k / len(names), (k + 1) / len(names))
         try:
-            step = _scaled(progress, k / len(names), (k + 1) / len(names))
-            results[name] = partition_model(problem, name, options, step).to_dict()
+            result = partition_model(problem, name, options, step)
         except PartitionError as e:
             failures[name] = e.message
+            continue
+        if not result.valid:  # no plan, or one that failed validation: never compared
+            failures[name] = result.reason or "no plan"
+            if result.errors:
+                invalid.append(name)
+            continue
+        results[name] = result.to_dict()
     singles = {u: v / 1e3 for u, v in single_unit_makespans(problem).items()}
-    bounds = [lower_bound_us(problem) / 1e3] + [
-        r["bound_ms"] for r in results.values() if r["bound_ms"] is not None
-    ]
-    bound_ms = max(bounds)
+    bounds = [r["bound_ms"] for r in results.values() if r["bound_ms"] is not None]
+    if not problem.unpriced:
+        bounds.append(lower_bound_us(problem) / 1e3)
+    bound_ms = max(bounds, default=None)
     exact = results.get("hope-ilp", {}).get("makespan_ms")
     summary = {}
     for name, r in results.items():
@@ -175,12 +225,11 @@ def compare_algorithms(
             "solve_s": r["solve_s"],
             "valid": r["valid"],
             "gap_to_bound": round(max(0.0, 1 - bound_ms / r["makespan_ms"]), 4)
-            if r["makespan_ms"]
+            if r["makespan_ms"] and bound_ms is not None
             else None,
             "gap_to_exact": round(r["makespan_ms"] / exact - 1, 4) if exact else None,
         }
-    valid = {n: r for n, r in results.items() if r["valid"]}
-    best = min(valid, key=lambda n: valid[n]["makespan_ms"]) if valid else None
+    best = min(results, key=lambda n: results[n]["makespan_ms"]) if results else None
     report = {
         "units": list(problem.units),
         "ops": problem.n,
@@ -190,8 +239,9 @@ def compare_algorithms(
         "bound_ms": _round(bound_ms),
         "algorithms": summary,
         "failed": failures,
+        "invalid": invalid,
         "best": best,
-        "best_makespan_ms": valid[best]["makespan_ms"] if best else None,
+        "best_makespan_ms": results[best]["makespan_ms"] if best else None,
         "results": results,
     }
     report.update(_verdict(report, options.little_gain_pct))
@@ -203,7 +253,8 @@ def compare_algorithms(
 def _verdict(report: dict, little_gain_pct: float) -> dict:
     best, single = report["best_makespan_ms"], report["best_single_unit_ms"]
     if best is None:
-        return {"gain_pct": None, "little_to_gain": None, "verdict": "no valid plan"}
+        why = "; ".join(f"{name}: {reason}" for name, reason in report["failed"].items())
+        return {"gain_pct": None, "little_to_gain": None, "verdict": f"no plan ({why})"}
     if single is None:
         return {
             "gain_pct": None,

@@ -21,10 +21,12 @@ def single_unit(problem: PartitionProblem, unit: str) -> Plan:
 
 
 def single_unit_makespans(problem: PartitionProblem) -> dict[str, float]:
-    """Simulated makespan in microseconds on each unit that runs every op."""
+    """Simulated makespan in microseconds on each unit that runs every op, leaving out a
+    unit that would need a tensor of unknown size moved (from or to the home unit)."""
     return {
         problem.units[u]: simulate(problem, (u,) * problem.n, range(problem.n)).makespan_us
         for u in problem.full_units
+        if not problem.unpriced_moves((u,) * problem.n)
     }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from engine.partition.problem import PartitionProblem
 from engine.partition.registry import PartitionOptions, Plan, register
-from engine.partition.simulator import Schedule, critical_path, simulate
+from engine.partition.simulator import Schedule, checked_schedule, critical_path
 
 
 def key_op_blocks(problem: PartitionProblem, key_ops: tuple[str, ...]) -> list[list[int]]:
@@ -94,7 +94,7 @@ def schedule_blocks(problem: PartitionProblem, options: PartitionOptions, progre
         for b, ops in enumerate(blocks):
             for i in ops:
                 placement[i] = assign[b]
-        return simulate(problem, placement, order)
+        return checked_schedule(problem, placement, order, "blocks")
 
     fastest = [
         min(c, key=lambda u: (sum(problem.latency_us[i][u] for i in ops), u))

@@ -18,10 +18,14 @@ from engine.partition.registry import Plan, register
 
 
 def live_bytes(problem: PartitionProblem) -> list[int]:
-    """``live[p]``: bytes of tensors produced before op ``p`` and read at or after it."""
+    """``live[p]``: bytes of tensors produced before op ``p`` and read at or after it.
+
+    A tensor of unknown size is left out: in a priced problem
+    (:meth:`~engine.partition.problem.PartitionProblem.require_priced`) no plan moves it
+    over a link, so it never costs a transfer."""
     delta = [0] * (problem.n + 1)
     for t in problem.tensors:
-        if t.src is None or not t.dsts:
+        if t.src is None or not t.dsts or t.bytes is None:
             continue
         last = max(t.dsts)
         delta[t.src + 1] += t.bytes

@@ -32,7 +32,7 @@ def heft_times(
     start, finish = [0.0] * n, [0.0] * n
     placement = [-1] * n
     slots: list[list[tuple[float, float]]] = [[] for _ in range(units)]
-    tensors, link_table = problem.tensors, problem.link_table
+    tensors = problem.tensors
     for i in priority:
         best: tuple[float, float, int, float] | None = None
         for u in problem.supported[i]:
@@ -41,8 +41,7 @@ def heft_times(
                 t = tensors[k]
                 if t.src is None:
                     continue
-                link = link_table[placement[t.src]][u] if placement[t.src] != u else None
-                at = finish[t.src] + (link.transfer_us(t.bytes) if link else 0.0)
+                at = finish[t.src] + problem.transfer_us(t.bytes, placement[t.src], u)
                 ready = max(ready, at)
             lat = problem.latency_us[i][u]
             begin = _earliest_gap(slots[u], ready, lat)

@@ -12,6 +12,11 @@ curve leaves out downloading the result (the round trip ``T_ttl`` stands in for 
 cloud's energy; the plan's makespan, from the shared simulator, does count the download and
 lets uploads start as soon as each tensor is ready.
 
+A cut that would send a tensor of unknown size is not offered: its ``v_p`` is unknown, and
+counting it as 0 bytes would make offloading look free. Its entry in the curve says so
+(``feasible`` false, ``reason``), and if no cut is left the split has no plan
+(:class:`~engine.partition.registry.NoPlan`) and says why.
+
 The networks (3G, 4G, Wi-Fi: round trip, bandwidth, radio power) come from the target
 profiles (the cloud preset carries the thesis's).
 """
@@ -21,56 +26,82 @@ from __future__ import annotations
 import math
 
 from engine.partition.baselines import single_unit_makespans
-from engine.partition.problem import PartitionError, PartitionProblem
-from engine.partition.registry import PartitionOptions, Plan, register
+from engine.partition.problem import PartitionError, PartitionProblem, describe_tensors
+from engine.partition.registry import NoPlan, PartitionOptions, Plan, register
 
 
 def cut_costs(problem: PartitionProblem, mobile: int, cloud: int) -> list[dict]:
-    """The cost of every cut: thesis eq. 3-1 to 3-4, times in ms and energy in J."""
+    """The cost of every cut: thesis eq. 3-1 to 3-4, times in ms and energy in J. A cut that
+    runs an op where it cannot run, or sends a tensor of unknown size, is not ``feasible``
+    and has no price; ``reason`` says why."""
     net = problem.network
     if net is None:
         raise PartitionError("the mobile-cloud split needs a network", code="usage")
     n = problem.n
     power = problem.power.get(problem.units[mobile])
     crossing = [0] * (n + 2)  # crossing[p]: bytes a cut before op p sends up
-    for t in problem.tensors:
+    unknown: list[tuple[int, int, int]] = []  # (first cut, last cut, tensor) of unknown size
+    for k, t in enumerate(problem.tensors):
         if t.dsts:
-            lo = 0 if t.src is None else t.src + 1
+            lo, hi = 0 if t.src is None else t.src + 1, max(t.dsts)
+            if t.bytes is None:
+                unknown.append((lo, hi, k))
+                continue
             crossing[lo] += t.bytes
-            crossing[max(t.dsts) + 1] -= t.bytes
+            crossing[hi + 1] -= t.bytes
     mobile_us = [problem.latency_us[i][mobile] for i in range(n)]
     cloud_us = [problem.latency_us[i][cloud] for i in range(n)]
+    # Prefix and suffix sums; +inf marks an op the unit cannot run (the thesis's cl = +inf).
     prefix_m, suffix_c = [0.0], [0.0]
     for i in range(n):
-        prefix_m.append(prefix_m[-1] + (mobile_us[i] if mobile_us[i] is not None else float("inf")))
+        prefix_m.append(prefix_m[-1] + (mobile_us[i] if mobile_us[i] is not None else math.inf))
         j = n - 1 - i
-        suffix_c.append(suffix_c[-1] + (cloud_us[j] if cloud_us[j] is not None else float("inf")))
+        suffix_c.append(suffix_c[-1] + (cloud_us[j] if cloud_us[j] is not None else math.inf))
     curve, sent = [], 0
     for p in range(n + 1):
         sent += crossing[p]
+        entry = {
+            "cut": "input" if p == 0 else "output" if p == n else problem.ops[p - 1].name,
+            "position": p,
+            "feasible": True,
+            "reason": None,
+            "bytes": sent,
+            "mobile_ms": None,
+            "transfer_ms": None,
+            "cloud_ms": None,
+            "latency_ms": None,
+            "energy_j": None,
+            "transfer_j": None,
+        }
+        curve.append(entry)
         t_m, t_c = prefix_m[p] / 1e3, suffix_c[n - p] / 1e3
+        blind = [k for lo, hi, k in unknown if lo <= p <= hi]
+        if blind:
+            entry["bytes"] = None
+        if not math.isfinite(t_m + t_c):
+            entry.update(feasible=False, reason="an op cannot run where it is placed")
+            continue
+        if blind:
+            entry.update(
+                feasible=False,
+                reason=f"sends {describe_tensors(problem, blind, limit=2)}, of unknown size",
+            )
+            continue
         t_t = net.upload_s(sent) * 1e3 if p < n else 0.0
         e_t = net.upload_j(sent) if p < n else 0.0
         e_m = t_m / 1e3 * (power.active_w - power.idle_w) if power else None
-        feasible = math.isfinite(t_m + t_c)
-        curve.append(
-            {
-                "cut": "input" if p == 0 else "output" if p == n else problem.ops[p - 1].name,
-                "position": p,
-                "feasible": feasible,
-                "bytes": sent if p < n else 0,
-                "mobile_ms": t_m if feasible else None,
-                "transfer_ms": t_t,
-                "cloud_ms": t_c if feasible else None,
-                "latency_ms": t_m + t_t + t_c if feasible else None,
-                "energy_j": None if e_m is None or e_t is None or not feasible else e_m + e_t,
-                "transfer_j": e_t,
-            }
+        entry.update(
+            mobile_ms=t_m,
+            transfer_ms=t_t,
+            cloud_ms=t_c,
+            latency_ms=t_m + t_t + t_c,
+            energy_j=None if e_m is None or e_t is None else e_m + e_t,
+            transfer_j=e_t,
         )
     return curve
 
 
-@register("mobile-cloud")
+@register("mobile-cloud", prices_own_cuts=True)
 def split_mobile_cloud(problem: PartitionProblem, options: PartitionOptions, progress) -> Plan:
     if problem.network is None or problem.cloud_unit is None:
         raise PartitionError(
@@ -81,8 +112,8 @@ def split_mobile_cloud(problem: PartitionProblem, options: PartitionOptions, pro
     cloud = problem.unit_index[problem.cloud_unit]
     mobile = _mobile_unit(problem, options, cloud)
     curve = cut_costs(problem, mobile, cloud)
-    feasible = [c for c in curve if c["feasible"]]
-    if options.objective == "energy" and any(c["energy_j"] is None for c in feasible):
+    offered = [c for c in curve if c["feasible"]]
+    if options.objective == "energy" and any(c["energy_j"] is None for c in offered):
         raise PartitionError(
             f"energy-first needs the power of unit '{problem.units[mobile]}' and the radio "
             f"power of network '{problem.network.name}'",
@@ -91,20 +122,35 @@ def split_mobile_cloud(problem: PartitionProblem, options: PartitionOptions, pro
     first, second = (
         ("energy_j", "latency_ms") if options.objective == "energy" else ("latency_ms", "energy_j")
     )
-    best = min(feasible, key=lambda c: (c[first], c[second] or 0.0, -c["position"]))
-    p = best["position"]
-    placement = tuple(mobile if i < p else cloud for i in range(problem.n))
-    return Plan(
-        placement,
-        tuple(range(problem.n)),
-        details={
-            "network": problem.network.name,
-            "objective": options.objective,
-            "mobile_unit": problem.units[mobile],
-            "cloud_unit": problem.cloud_unit,
-            "best_cut": best,
-            "curve": curve,
-        },
+    # Ties go to the other objective (a missing one sorts last), then to the later cut.
+    offered.sort(key=lambda c: (c[first], c[second] is None, c[second] or 0.0, -c["position"]))
+    details = {
+        "network": problem.network.name,
+        "objective": options.objective,
+        "mobile_unit": problem.units[mobile],
+        "cloud_unit": problem.cloud_unit,
+        "curve": curve,
+    }
+    for best in offered:
+        p = best["position"]
+        placement = tuple(mobile if i < p else cloud for i in range(problem.n))
+        # The curve prices the upload; the plan may also move inputs and outputs between
+        # the home unit, the mobile unit and the cloud (the download).
+        blind = problem.unpriced_moves(placement)
+        if blind:
+            best.update(
+                feasible=False,
+                latency_ms=None,
+                energy_j=None,
+                reason=f"moves {describe_tensors(problem, blind, limit=2)}, of unknown size",
+            )
+            continue
+        details["best_cut"] = best
+        return Plan(placement, tuple(range(problem.n)), details=details)
+    reasons = list(dict.fromkeys(c["reason"] for c in curve if c["reason"]))
+    raise NoPlan(
+        "no cut of the mobile-cloud split can be priced: " + "; ".join(reasons[:3]),
+        details=details,
     )
 
 
@@ -113,8 +159,15 @@ def _mobile_unit(problem: PartitionProblem, options: PartitionOptions, cloud: in
         if options.mobile_unit not in problem.unit_index:
             raise PartitionError(f"unknown unit '{options.mobile_unit}'", code="usage")
         return problem.unit_index[options.mobile_unit]
-    makespans = single_unit_makespans(problem)
     full = [u for u in problem.full_units if u != cloud]
     if not full:
         raise PartitionError("no mobile unit runs every op", code="unplaceable")
-    return min(full, key=lambda u: (makespans[problem.units[u]], u))
+    makespans = single_unit_makespans(problem)  # units that need no unknown size moved
+    priced = [u for u in full if problem.units[u] in makespans]
+    if not priced:
+        raise NoPlan(
+            "every mobile unit that runs every op would move a tensor of unknown size from or "
+            "to the home unit: "
+            + describe_tensors(problem, problem.unpriced_moves((full[0],) * problem.n))
+        )
+    return min(priced, key=lambda u: (makespans[problem.units[u]], u))

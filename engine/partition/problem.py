@@ -12,6 +12,12 @@ What differs from the thesis: a transfer is per tensor and destination unit (a t
 by three ops on the GPU is copied once), graph inputs start on the ``home`` unit and graph
 outputs must end there, and weights are resident on every unit (constant subgraphs are not
 ops of the problem).
+
+Unknown stays unknown (ARCHITECTURE 5): a tensor whose size is not known has ``bytes=None``,
+never 0. Moving it over a link cannot be priced, so a problem in which some plan could do
+that (:attr:`PartitionProblem.unpriced`) is refused by every algorithm but the mobile-cloud
+split, which only leaves out the cuts that would send it. Moving it between units that
+share memory is free whatever its size.
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ class Op:
 @dataclass(frozen=True)
 class Tensor:
     """A value between ops. ``src`` is ``None`` for a graph input (it starts on the home unit);
-    ``is_output`` marks a graph output (it must reach the home unit)."""
+    ``is_output`` marks a graph output (it must reach the home unit). ``bytes`` is ``None``
+    when the size is unknown."""
 
     name: str
-    bytes: int
+    bytes: int | None
     src: int | None
     dsts: tuple[int, ...]
     is_output: bool = False
@@ -102,7 +109,7 @@ class Edge:
 
     src: int
     dst: int
-    bytes: int
+    bytes: int | None
     tensor: int
 
 
@@ -143,6 +150,8 @@ class PartitionProblem:
             if any(v is not None and (v < 0 or not math.isfinite(v)) for v in row):
                 raise PartitionError(f"op '{self.ops[i].name}' has a negative or infinite latency")
         for t in self.tensors:
+            if t.bytes is not None and t.bytes < 0:
+                raise PartitionError(f"tensor '{t.name}' has a negative size")
             if t.src is not None and not 0 <= t.src < n:
                 raise PartitionError(f"tensor '{t.name}' has an unknown producer")
             if any(not 0 <= d < n or (t.src is not None and d <= t.src) for d in t.dsts):
@@ -228,10 +237,65 @@ class PartitionProblem:
                     table[cloud][u] = Link(self.cloud_unit, name, 0.0, down / 8e3) if down else None
         return tuple(tuple(row) for row in table)
 
-    def transfer_us(self, nbytes: int, a: int, b: int) -> float:
-        """Time to move ``nbytes`` from unit ``a`` to unit ``b`` (0 on shared memory)."""
+    def transfer_us(self, nbytes: int | None, a: int, b: int) -> float:
+        """Time to move ``nbytes`` from unit ``a`` to unit ``b`` (0 on shared memory, whatever
+        the size). Raises :class:`PartitionError` for an unknown size over a link: callers
+        work on problems without :attr:`unpriced` tensors, or check the move first."""
         link = self.link_table[a][b] if a != b else None
-        return 0.0 if link is None else link.transfer_us(nbytes)
+        if link is None:
+            return 0.0
+        if nbytes is None:
+            raise PartitionError(
+                f"moving a tensor of unknown size from {self.units[a]} to "
+                f"{self.units[b]} cannot be priced"
+            )
+        return link.transfer_us(nbytes)
+
+    def _linked(self, sources: Sequence[int], targets: Sequence[int]) -> bool:
+        table = self.link_table
+        return any(a != b and table[a][b] is not None for a in sources for b in targets)
+
+    def _source_units(self, t: Tensor) -> tuple[int, ...]:
+        return (self.home,) if t.src is None else self.supported[t.src]
+
+    @cached_property
+    def unpriced(self) -> tuple[int, ...]:
+        """Tensors of unknown size that some plan would move over a link: from a unit that
+        can hold them to a unit that can read them, or (graph outputs) back home."""
+        found = []
+        for k, t in enumerate(self.tensors):
+            if t.bytes is not None:
+                continue
+            sources = self._source_units(t)
+            if any(self._linked(sources, self.supported[d]) for d in t.dsts) or (
+                t.is_output and t.src is not None and self._linked(sources, (self.home,))
+            ):
+                found.append(k)
+        return tuple(found)
+
+    def unpriced_moves(self, placement: Sequence[int]) -> list[int]:
+        """Tensors of unknown size that ``placement`` moves over a link."""
+        found = []
+        for k in self.unpriced:
+            t = self.tensors[k]
+            src = self.home if t.src is None else placement[t.src]
+            targets = [placement[d] for d in t.dsts] + ([self.home] if t.is_output else [])
+            if self._linked((src,), targets):
+                found.append(k)
+        return found
+
+    def require_priced(self) -> None:
+        """Raise :class:`PartitionError` naming the tensors in :attr:`unpriced`."""
+        if not self.unpriced:
+            return
+        raise PartitionError(
+            "cannot price the transfers between units: "
+            + describe_tensors(self, self.unpriced)
+            + " may cross units but the size is unknown",
+            code="unknown_size",
+            hint="Give the inputs' shapes, or simplify the model so that every tensor has a "
+            "known shape and type.",
+        )
 
     @cached_property
     def release_us(self) -> tuple[tuple[float, ...], ...]:
@@ -307,7 +371,7 @@ def problem_from_graph(
         dsts = tuple(sorted({index[c] for c in t.consumers if c in index}))
         src = index.get(t.producer) if t.producer is not None else None
         if dsts or (src is not None and t.name in outputs):
-            tensors.append(Tensor(t.name, t.bytes or 0, src, dsts, t.name in outputs))
+            tensors.append(Tensor(t.name, t.bytes, src, dsts, t.name in outputs))
     return PartitionProblem(
         ops=ops,
         units=tuple(units),
@@ -334,6 +398,22 @@ def constant_nodes(graph: Graph) -> set[str]:
             constant.add(node.name)
             known.update(o for o in node.outputs if o)
     return constant
+
+
+def describe_tensors(problem: PartitionProblem, indices: Sequence[int], limit: int = 5) -> str:
+    """``tensor x (output of node n (Op)), ...`` for the first ``limit`` tensors."""
+    parts = []
+    for k in indices[:limit]:
+        t = problem.tensors[k]
+        made_by = (
+            "a graph input"
+            if t.src is None
+            else f"output of node {problem.ops[t.src].name} ({problem.ops[t.src].op_type})"
+        )
+        parts.append(f"tensor {t.name} ({made_by})")
+    if len(indices) > limit:
+        parts.append(f"and {len(indices) - limit} more")
+    return ", ".join(parts)
 
 
 def _checked(value: float | None) -> float | None:

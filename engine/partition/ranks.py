@@ -34,7 +34,8 @@ def upward_rank(problem: PartitionProblem) -> list[float]:
     rank = [0.0] * problem.n
     out_bytes = [0] * problem.n
     for t in problem.tensors:
-        if t.src is not None:
+        # A tensor of unknown size in a priced problem never crosses a link: no cost.
+        if t.src is not None and t.bytes is not None:
             out_bytes[t.src] = max(out_bytes[t.src], t.bytes)
     for i in range(problem.n - 1, -1, -1):
         row = [v for v in problem.latency_us[i] if v is not None]

@@ -73,20 +73,40 @@ class Plan:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+class NoPlan(PartitionError):
+    """An algorithm found no plan it can stand behind (say, no cut of the mobile-cloud split
+    can be priced). The message says why; ``details`` what it tried."""
+
+    code = "no_plan"
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.details = dict(details or {})
+
+
 Algorithm = Callable[[PartitionProblem, PartitionOptions, ProgressFn], Plan]
 
 _ALGORITHMS: dict[str, Algorithm] = {}
+_PRICES_OWN_CUTS: set[str] = set()
 SINGLE_PREFIX = "single:"
 
 
-def register(name: str) -> Callable[[Algorithm], Algorithm]:
-    """Register an algorithm under ``name``."""
+def register(name: str, *, prices_own_cuts: bool = False) -> Callable[[Algorithm], Algorithm]:
+    """Register an algorithm under ``name``. Every algorithm gets a problem whose transfers
+    can all be priced, except one registered with ``prices_own_cuts``: it is handed tensors
+    of unknown size (:attr:`PartitionProblem.unpriced`) and must not move them."""
 
     def decorate(fn: Algorithm) -> Algorithm:
         _ALGORITHMS[name] = fn
+        if prices_own_cuts:
+            _PRICES_OWN_CUTS.add(name)
         return fn
 
     return decorate
+
+
+def prices_own_cuts(name: str) -> bool:
+    return name in _PRICES_OWN_CUTS
 
 
 def algorithm_names() -> list[str]:
