@@ -17,9 +17,16 @@ The thesis's ILP, with the linearisation its big-M form needs done by the solver
   redundant cuts ``tau >= E_i + (fastest path from i to an exit)`` and, per unit,
   ``tau >= its total work``.
 
-Times are integers (CP-SAT): latencies are scaled so that the hint's makespan is 10^7 steps,
-and every duration is at least one step. The reported bound is corrected for that
-rounding, so it is a true lower bound on the makespan of the real-valued problem.
+Times are integers (CP-SAT). The scale comes from the horizon: the hint's makespan is 10^7
+steps, whatever the units of the problem. Every time is rounded to the nearest step, and a
+positive one to at least one step, so no duration or transfer vanishes from a precedence;
+an op of 0 us (a view op on a unit with an unknown launch overhead) also takes one step,
+so on a unit it sits before or after another op, never inside. A time beyond ``2^40``
+steps (10^5 times the hint's makespan: an assignment no optimum uses) is clamped there,
+which keeps every number and sum far below CP-SAT's 64-bit limits and 2^53. The solver's
+units and order are replayed by the simulator, which gives the real times; the reported
+bound is corrected for the rounding, so it is a true lower bound on the makespan of the
+real-valued problem.
 
 Graphs above ``exact_max_ops`` ops are pre-partitioned by upward-rank bisection
 (:mod:`engine.partition.bisection`) and the parts solved in order, each as its own model
@@ -31,11 +38,18 @@ are not optimal overall: the gap is then measured against a simple bound
 (:func:`engine.partition.ranks.lower_bound_us`), and if the plan that seeds the solver (its
 hint: the best of HEFT, the chain program and the single units) turns out shorter, that plan
 is returned and ``details.returned`` says so.
-The time limit is shared out over the parts still to solve.
+The time limit is shared out over the parts still to solve. A part the solver leaves
+without any solution when its time runs out (status ``time-limit``) keeps the hint's units
+and order, and the plan says so.
+
+Every candidate (the hint's, the solver's) is simulated and validated before it is compared
+(:func:`engine.partition.simulator.checked_schedule`); a solver plan that fails is logged as
+the bug it is and the hint returned instead.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 
@@ -45,16 +59,19 @@ from engine.partition.heft import schedule_heft
 from engine.partition.problem import PartitionProblem
 from engine.partition.ranks import lower_bound_us
 from engine.partition.registry import PartitionOptions, Plan, register
-from engine.partition.simulator import Schedule, simulate
+from engine.partition.simulator import InvalidPlan, Schedule, checked_schedule
 
 _STEPS = 10_000_000  # integer time steps for the hint's makespan
+_LIMIT = 2**40  # times beyond this many steps are clamped here (see the module docstring)
+_FINEST_US = 1e-3  # a hint shorter than 1 ns (all ops of 0 us) is scaled as if it took 1 ns
+log = logging.getLogger(__name__)
 
 
 @register("hope-ilp")
 def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, progress) -> Plan:
     deadline = time.perf_counter() + options.time_limit_s
-    hint = _best_cheap_plan(problem, options)
-    scale = _STEPS / max(hint.makespan_us, 1e-9)
+    hint_name, hint = _best_cheap_plan(problem, options)
+    scale = _STEPS / max(hint.makespan_us, _FINEST_US)
     whole = problem.n <= options.exact_max_ops
     parts = [list(range(problem.n))] if whole else partition_ops(problem, options.nt, options.eps)
     ctx = _Context(problem, options, hint, scale)
@@ -72,9 +89,8 @@ def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, prog
         if progress is not None:
             progress((p + 1) / len(parts), f"exact solve: part {p + 1}/{len(parts)}")
     order = tuple(sorted(range(problem.n), key=lambda i: (start[i], i)))
-    # Undo the rounding: each of at most 2n + 1 durations on a path moved by < 1 step.
+    # Undo the rounding: each of at most 2n + 1 times on a path grew by at most 1 step.
     bound_us = max(lower_bound_us(problem), (bound - 2 * problem.n - 1) / scale)
-    solved = simulate(problem, placement, order)
     if whole:
         status = next(iter(statuses))
     else:
@@ -82,23 +98,48 @@ def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, prog
     details = {
         "parts": len(parts),
         "part_status": dict(statuses),
-        "solver_makespan_ms": round(solved.makespan_us / 1e3, 6),
+        "hint": hint_name,
         "hint_makespan_ms": round(hint.makespan_us / 1e3, 6),
         "returned": "solver",
     }
-    if hint.makespan_us < solved.makespan_us:
+    if statuses.get("time-limit"):
+        details["time_limit"] = (
+            f"{statuses['time-limit']} of {len(parts)} parts found no solution within the "
+            f"time limit ({options.time_limit_s:g} s): they keep the plan of {hint_name}"
+        )
+    try:
+        solved = checked_schedule(problem, placement, order, "hope-ilp")
+    except InvalidPlan as e:  # logged there; the hint is a valid plan
+        details.update(returned="hint", solver_invalid=e.errors[:5])
+        return Plan(hint.placement, hint.order, bound_us, status, details)
+    details["solver_makespan_ms"] = round(solved.makespan_us / 1e3, 6)
+    if hint.makespan_us < solved.makespan_us or statuses.get("time-limit") == len(parts):
         # Stitched parts (or a timed-out solve) can lose to the hint: never return worse.
         details["returned"] = "hint"
         return Plan(hint.placement, hint.order, bound_us, status, details)
     return Plan(tuple(placement), order, bound_us, status, details)
 
 
-def _best_cheap_plan(problem: PartitionProblem, options: PartitionOptions) -> Schedule:
-    """The starting hint: the shortest of HEFT, the chain program and every single unit."""
-    plans = [schedule_heft(problem, options, None), schedule_chain_dp(problem, options, None)]
-    plans += [Plan((u,) * problem.n, tuple(range(problem.n))) for u in problem.full_units]
-    schedules = [simulate(problem, p.placement, p.order) for p in plans]
-    return min(schedules, key=lambda s: s.makespan_us)
+def _best_cheap_plan(problem: PartitionProblem, options: PartitionOptions) -> tuple[str, Schedule]:
+    """The starting hint: the shortest valid plan of HEFT, the chain program and every single
+    unit, with its name."""
+    plans = {
+        "heft": schedule_heft(problem, options, None),
+        "chain-dp": schedule_chain_dp(problem, options, None),
+    }
+    for u in problem.full_units:
+        plans[f"single:{problem.units[u]}"] = Plan((u,) * problem.n, tuple(range(problem.n)))
+    schedules = {}
+    for name, plan in plans.items():
+        try:
+            schedules[name] = checked_schedule(problem, plan.placement, plan.order, name)
+        except InvalidPlan:
+            continue  # logged as the bug it is; the others still seed the solver
+    if not schedules:
+        message = "hope-ilp has no valid plan to start from"
+        raise InvalidPlan(message, [message])
+    name = min(schedules, key=lambda n: schedules[n].makespan_us)
+    return name, schedules[name]
 
 
 class _Context:
@@ -116,7 +157,11 @@ class _Context:
             self.head[i] = max((self.head[p] + fastest[p] for p in problem.preds[i]), default=0)
 
     def steps(self, us: float) -> int:
-        return int(round(us * self.scale))
+        """``us`` in integer steps: the nearest, at least 1 if positive, at most ``_LIMIT``."""
+        scaled = us * self.scale
+        if scaled >= _LIMIT:
+            return _LIMIT
+        return max(1, round(scaled)) if scaled > 0 else 0
 
 
 def _solve_part(
@@ -143,21 +188,23 @@ def _solve_part(
     dur = {(i, u): max(1, steps(problem.latency_us[i][u])) for i in part for u in supported[i]}
     # Earliest start of each op on each unit from graph inputs and from fixed predecessors.
     earliest = {(i, u): steps(problem.release_us[i][u]) for i, u in dur}
-    arcs: dict[tuple[int, int], int] = {}
+    arcs: dict[tuple[int, int], list[int]] = defaultdict(list)  # tensors on each edge
     for i in part:
         for k in problem.in_tensors[i]:
             t = problem.tensors[k]
             if t.src is None:
                 continue
             if t.src in inside:
-                arcs[(t.src, i)] = max(arcs.get((t.src, i), 0), t.bytes)
+                arcs[(t.src, i)].append(k)
                 continue
             for u in supported[i]:
                 at = end[t.src] + steps(problem.transfer_us(t.bytes, placement[t.src], u))
                 earliest[(i, u)] = max(earliest[(i, u)], at)
     transfer = {
-        (i, k, a, b): steps(problem.transfer_us(nbytes, a, b)) if a != b else 0
-        for (i, k), nbytes in arcs.items()
+        (i, k, a, b): max(steps(problem.transfer_us(problem.tensors[t].bytes, a, b)) for t in ts)
+        if a != b
+        else 0
+        for (i, k), ts in arcs.items()
         for a in supported[i]
         for b in supported[k]
     }
@@ -221,7 +268,12 @@ def _solve_part(
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         for i in part:  # only without any solution in time: the hint is feasible
             placement[i], start[i], end[i] = hint.placement[i], hint_start[i], hint_end[i]
-        return ("no-solution", None)
+        if status == cp_model.UNKNOWN:
+            return ("time-limit", None)
+        # The hint is a solution of the model: infeasible or invalid is a bug here.
+        name = solver.status_name(status).lower()
+        log.error("hope-ilp: CP-SAT says %s for a part of %d ops", name, len(part))
+        return (name, None)
     for i in part:
         placement[i] = next(u for u in supported[i] if solver.value(x[(i, u)]))
         start[i], end[i] = solver.value(s[i]), solver.value(e[i])
