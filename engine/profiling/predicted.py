@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from engine.errors import ProgressFn
 from engine.graph.costs import cost_node
-from engine.graph.ir import PROGRESS_EVERY, Graph
+from engine.graph.ir import PROGRESS_EVERY, Graph, Node
 from engine.targets.costmodel import CostModel, OpEstimate, op_variant, unit_dtype
 from engine.targets.schema import TargetProfile
 
@@ -96,8 +96,7 @@ def predict_profile(
         if progress is not None and i % PROGRESS_EVERY == 0:
             progress(i / max(len(graph.nodes), 1), f"predicting: {i}/{len(graph.nodes)} nodes")
         cost = cost_node(node, graph)
-        tensor_dtype = next((graph.tensors[o].dtype for o in node.outputs if o), "?")
-        dtype = unit_dtype(tensor_dtype)
+        dtype = op_dtype(node, graph)
         variant = op_variant(node, graph)
         if node.name in constant:
             estimates = {u.name: _CONSTANT for u in profile.units}
@@ -143,6 +142,15 @@ def predict_profile(
     )
 
 
+def op_dtype(node: Node, graph: Graph) -> str:
+    """The ``peak_gflops`` key an op computes in: its output's dtype, except for a boolean
+    result (a comparison, IsNaN), which is computed in its first input's dtype."""
+    dtypes = [graph.tensors[o].dtype for o in node.outputs if o] or ["?"]
+    if dtypes[0] == "bool":
+        dtypes = [graph.tensors[i].dtype for i in node.inputs if i] or dtypes
+    return unit_dtype(dtypes[0])
+
+
 def constant_nodes(graph: Graph) -> set[str]:
     """Nodes whose inputs are all constant: a runtime computes them once, at load time
     (the bundled light models build their weights with ConstantOfShape)."""
@@ -168,7 +176,7 @@ def _unit_total(model: CostModel, unit: str, ops: list[PredictedOp]) -> UnitPred
     for op in ops:
         status = op.status[unit]
         if status == "ok":
-            total += op.latency_us[unit] or 0.0
+            total += op.latency_us[unit]  # an ok estimate always has a latency
             ok += 1
         elif status == "constant":
             constant += 1
