@@ -9,14 +9,13 @@ import time
 
 import numpy as np
 import pytest
+import tvm
 from onnx import helper, numpy_helper
 from onnx_builders import build
 
 from cli.main import main
 from engine.errors import EngineError
 from engine.fusion import CompileConfig, compile_model, segment_builds
-
-pytest.importorskip("tvm")
 
 FAST = {"threads": 1, "timing_window_s": 0.1, "kernel_timing_runs": 1}
 
@@ -285,8 +284,6 @@ def test_running_a_build_leaves_the_process_free_to_use_every_core(save, tmp_pat
 def test_a_build_runs_on_as_many_threads_as_asked(save, tmp_path):
     """TVM would cap its pool at half the logical cores on x86 (one thread on 2 vCPUs)."""
     import os
-
-    import tvm
 
     wanted = min(2, len(os.sched_getaffinity(0)))
     config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": wanted})

@@ -17,8 +17,6 @@ from engine.errors import Cancelled
 from engine.fusion import CompileConfig, compile_model
 from engine.fusion.tuning_store import DirectoryStore
 
-pytest.importorskip("tvm")
-
 FAST = {"threads": 1, "timing_window_s": 0.1, "kernel_timing_runs": 1}
 # MetaSchedule measures up to eight candidates at a time: each budget is one round.
 SMALL, LARGER = 4, 8

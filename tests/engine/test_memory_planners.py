@@ -170,7 +170,8 @@ def _brute_force(cost: np.ndarray, forbidden: int) -> int:
 
 
 def test_min_cost_flow_matches_scipy_on_larger_problems():
-    linear_sum_assignment = pytest.importorskip("scipy.optimize").linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment
+
     rng = random.Random(7)
     lifetimes = lifetimes_of(random_records(rng, 120, 60), 60)
     cost, _ = flow_costs(lifetimes.buffers)

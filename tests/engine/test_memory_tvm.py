@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from onnx import helper as onnx_helper
 
 from engine.memory import MemoryConfig, plan_memory
-from tests.engine.onnx_builders import build, weight
-
-pytest.importorskip("tvm")
-
 from engine.memory.tvm import KERNEL_DOMAIN, tvm_comparison, tvm_memory  # noqa: E402
-
-onnx_helper = pytest.importorskip("onnx.helper")
+from tests.engine.onnx_builders import build, weight
 
 
 def branchy_model():

@@ -42,7 +42,6 @@ def cases() -> list[NodeCase]:
 
 
 def test_tvm_suite_counts_each_stage_and_says_why(cases):
-    pytest.importorskip("tvm")
     report = run_node_suite("tvm", cases, options={"threads": 1}, isolation=Isolation(60))
     by_name = {r.name: r for r in report.results}
     outcome = {name: (r.status, r.stage) for name, r in by_name.items()}

@@ -8,8 +8,6 @@ from onnx import helper
 from engine.profiling.tvm_kernels import KernelTimingConfig, profile_tvm_kernels
 from tests.engine.onnx_builders import build, weight
 
-pytest.importorskip("tvm")
-
 
 def small_cnn():
     nodes = [

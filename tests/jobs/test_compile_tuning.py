@@ -16,7 +16,6 @@ from workbench.uploads import store_model_file
 
 pytestmark = pytest.mark.django_db
 
-pytest.importorskip("tvm")
 
 TRIALS = 8  # one round of MetaSchedule measurements
 
