@@ -122,6 +122,8 @@ def predict_profile(
     units = [_unit_total(model, u.name, ops) for u in profile.units]
     complete = [u for u in units if u.complete and u.latency_ms is not None]
     best = min(complete, key=lambda u: u.latency_ms).name if complete else None
+    # The label of the model's dtype: the one with the most known work (an op whose work is
+    # unknown does not vote; no latency or size is derived from this).
     main_dtype = (
         max(
             {op.dtype for op in ops},
