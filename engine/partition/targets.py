@@ -28,6 +28,7 @@ from engine.partition.problem import (
     PartitionProblem,
     UnitPower,
     constant_nodes,
+    describe_tensors,
     problem_from_graph,
 )
 from engine.profiling.predicted import op_dtype
@@ -65,7 +66,7 @@ def problem_for_target(
         if network is None:
             raise PartitionError("a cloud target needs a network (3g, 4g, wifi)", code="usage")
         models[CLOUD_UNIT] = _CloudModel(CostModel(cloud), cloud.units[0].name)
-    not_costed: list[Node] = []
+    not_costed: dict[str, Node] = {}  # by name, in graph order
 
     def latency(node: Node, unit: str) -> float | None:
         model = models[unit]
@@ -75,18 +76,15 @@ def problem_for_target(
         estimate = model.estimate(
             costs[node.name], node.op_type, unit, dtype, op_variant(node, graph)
         )
-        if estimate.status == "not_costed" and node not in not_costed:
-            not_costed.append(node)
+        if estimate.status == "not_costed":
+            not_costed.setdefault(node.name, node)
         return estimate.latency_us
 
     names = [u.name for u in profile.units] + ([CLOUD_UNIT] if cloud is not None else [])
     constant = constant_nodes(graph)
     rows = {n.name: [latency(n, u) for u in names] for n in graph.nodes if n.name not in constant}
-    # Work is unknown everywhere or nowhere (the cost does not depend on the unit); an op
-    # only some units run is still unknown on all of those.
-    unknown = [n for n in not_costed if all(v is None for v in rows[n.name])]
-    if unknown:
-        raise _unknown_work(graph, profile, unknown)
+    if not_costed:  # an op's work does not depend on the unit: unknown on every unit
+        raise _unknown_work(graph, profile, list(not_costed.values()))
     index = {u: k for k, u in enumerate(names)}
     try:
         problem = problem_from_graph(graph, names, lambda n, u: rows[n.name][index[u]])
@@ -176,12 +174,7 @@ def _unknown_sizes(graph: Graph, problem: PartitionProblem) -> PartitionError:
             if found.static_shape is None
             else f"size of element type '{found.dtype}' unknown"
         )
-        made_by = (
-            "graph input"
-            if t.src is None
-            else f"output of node {problem.ops[t.src].name} ({problem.ops[t.src].op_type})"
-        )
-        listed.append(f"tensor {t.name} ({made_by}): {why}")
+        listed.append(f"{describe_tensors(problem, [k])}: {why}")
     more = len(problem.unpriced) - _LISTED
     return PartitionError(
         "cannot price the transfers between units: the size of tensors that may cross units "
