@@ -29,9 +29,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.memory.tvm import tvm_comparison  # noqa: E402
 from engine.graph import analyze_model  # noqa: E402
 from engine.memory import PLANNERS, LevelConfig, MemoryConfig, plan_memory  # noqa: E402
+from engine.memory.tvm import tvm_comparison  # noqa: E402
 from engine.zoo import ZOO, build  # noqa: E402
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

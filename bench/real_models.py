@@ -65,6 +65,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # engine, when run as a script
+
 OPSET = 18
 MAX_IR_VERSION = 10  # what the workbench's loaders and onnxruntime 1.31 all read
 MANIFEST = "manifest.json"
@@ -483,6 +485,41 @@ def _count_macs(example: Example) -> tuple[int, dict[str, int], str]:
     return sum(ops.values()), dict(sorted(ops.items())), source
 
 
+def _at_default_binding(
+    spec: RealModel, example: Example, macs: int
+) -> tuple[dict[str, list[int]], int]:
+    """The input shapes the workbench binds when the user gives none (symbolic axes: the
+    batch to DEFAULT_BATCH, every other to DEFAULT_DIM; engine.graph.options), and the
+    model's MACs counted again at those shapes: the independent figure the analysis of an
+    upload with no option ticked is compared with."""
+    import torch
+
+    from engine.graph.options import DEFAULT_BATCH, DEFAULT_DIM
+
+    shapes, inputs, scale = {}, {}, 1.0
+    for name, tensor in example.inputs.items():
+        shape = list(tensor.shape)
+        for axis in spec.dynamic.get(name, {}):
+            new = DEFAULT_BATCH if axis == 0 else DEFAULT_DIM
+            if name == next(iter(example.inputs)):
+                scale *= new / shape[axis]
+            shape[axis] = new
+        shapes[name] = shape
+        if shape == list(tensor.shape):
+            inputs[name] = tensor
+        elif tensor.dtype.is_floating_point:
+            inputs[name] = torch.randn(shape, dtype=tensor.dtype)
+        else:
+            low, high = example.int_ranges.get(name, (0, 2))
+            inputs[name] = torch.randint(low, high, shape, dtype=tensor.dtype)
+    if all(shapes[n] == list(t.shape) for n, t in example.inputs.items()):
+        return shapes, macs
+    # The formula ops (a fused LSTM) grow with batch x sequence, like their inputs.
+    formula = {op: int(count * scale) for op, count in example.formula_macs.items()}
+    again = Example(example.module, inputs, example.outputs, example.int_ranges, formula)
+    return shapes, _count_macs(again)[0]
+
+
 def _value_info(value: Any) -> dict[str, Any]:
     import onnx
 
@@ -557,6 +594,7 @@ def build_model(spec: RealModel, out_dir: Path) -> dict[str, Any]:
     with torch.no_grad():
         example = spec.build()
     macs, mac_ops, mac_source = _count_macs(example)
+    default_shapes, default_macs = _at_default_binding(spec, example, macs)
     path = out_dir / f"{spec.name}.onnx"
     start = time.perf_counter()
     # Both exporters warn at length about what they trace (TracerWarning, deprecation of
@@ -581,6 +619,8 @@ def build_model(spec: RealModel, out_dir: Path) -> dict[str, Any]:
         **facts,
         "params": sum(p.numel() for p in example.module.parameters()),
         "macs": macs,
+        "default_shapes": default_shapes,
+        "default_macs": default_macs,
         "mac_source": mac_source,
         "mac_ops": mac_ops,
         "export_s": round(export_s, 2),

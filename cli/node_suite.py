@@ -11,8 +11,8 @@ from pathlib import Path
 
 from cli.common import EXIT_OK
 from engine.accuracy.metrics import Thresholds
-from engine.accuracy.node_suite import Isolation, node_cases, run_node_suite as run_suite
-from engine.accuracy.node_suite import suite_options
+from engine.accuracy.node_suite import Isolation, node_cases, suite_options
+from engine.accuracy.node_suite import run_node_suite as run_suite
 from engine.errors import EngineError
 
 

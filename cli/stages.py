@@ -23,7 +23,7 @@ from cli import summaries
 from cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, guarded, parse_shape_arg
 from engine.contract import NotApplicable, StageInputs
 from engine.errors import EngineError
-from engine.options import OptionSpec, OptionsError
+from engine.options import OptionsError, OptionSpec
 from engine.stages import STAGES, RunOptions
 
 COMMANDS = {
@@ -160,7 +160,7 @@ def run_stage(model: str, stage: str, options: RunOptions, *, target: str, args=
     try:
         return STAGES[stage].load()(prepared, profile, options.options[stage], progress, inputs)
     except NotApplicable as e:
-        raise EngineError(f"not applicable: {e.message}", code="not_applicable", hint=e.hint)
+        raise EngineError(f"not applicable: {e.message}", code="not_applicable", hint=e.hint) from e
 
 
 def _files(model: str, args) -> dict[str, str]:
@@ -176,6 +176,10 @@ def _exit_code(command: str, output: dict) -> int:
     if command == "memplan" and not output.get("valid", True):
         bad = [f"{n}: {m}" for n, m in output.get("errors", {}).items()]
         print(f"error: invalid plan from {'; '.join(bad)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    if command == "partition" and output.get("invalid"):  # a bug the validator caught
+        bad = "; ".join(f"{n}: {output['failed'].get(n)}" for n in output["invalid"])
+        print(f"error: invalid plan from {bad}", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_OK
 

@@ -19,8 +19,12 @@ def analyze(d: dict) -> str:
         f"FLOPs        {d['flops'] / 1e9:.3f} G",
         f"activations  {d['activation_bytes'] / 1e6:.2f} MB",
     ]
-    lines += [f"input        {s['name']}: {format_shape(s['shape'])} {s['dtype']}" for s in d["inputs"]]
-    lines += [f"output       {s['name']}: {format_shape(s['shape'])} {s['dtype']}" for s in d["outputs"]]
+    lines += [
+        f"input        {s['name']}: {format_shape(s['shape'])} {s['dtype']}" for s in d["inputs"]
+    ]
+    lines += [
+        f"output       {s['name']}: {format_shape(s['shape'])} {s['dtype']}" for s in d["outputs"]
+    ]
     top = ", ".join(f"{op} {n}" for op, n in list(d["ops"].items())[:_TOP_OPS])
     lines.append(f"ops          {top}{', ...' if len(d['ops']) > _TOP_OPS else ''}")
     lines.append(f"not costed   {len(d['not_costed'])}")
@@ -106,7 +110,7 @@ def memplan(d: dict) -> str:
         f"lower bound  {lower / 1e6:.3f} MB  (peak of live bytes, step {d['peak_step']})",
         f"order        {d['order_method']}, gain {d['order_gain_bytes'] / 1e6:.3f} MB",
     ]
-    for name, kind in d["planner_kinds"].items():
+    for name in d["planner_kinds"]:
         arena = d["planners"].get(name)
         if arena is None:
             lines.append(f"{name:<18} skipped: {d['errors'].get(name)}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 
 from engine.contract import StageInputs
-from engine.errors import EngineError, ProgressFn
+from engine.errors import Cancelled, EngineError, ProgressFn
 from engine.graph.prepare import Limits, prepare_model
 from engine.stages import STAGES
 from engine.targets.schema import validate_profile
@@ -48,6 +48,8 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
             cache_dir=Path(settings.VAR_DIR) / "prepared",
             progress=lambda f, m: progress(0.05 * f, m),
         )
+    except Cancelled:
+        raise
     except EngineError as e:
         raise PreparationFailed(e) from e
     target = validate_profile(run.target.profile)

@@ -35,6 +35,18 @@ def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.1, what: st
         time.sleep(interval_s)
 
 
+@pytest.fixture(scope="session")
+def real_model():
+    """``real_model(name)``: the path of a model of the real-model set (torch exports of
+    transformers and timm-style code; bench/real_models.py builds them once and caches)."""
+    from bench.real_models import ensure_models
+
+    def path(name: str) -> Path:
+        return ensure_models([name])[name]
+
+    return path
+
+
 @pytest.fixture
 def user(django_user_model):
     return django_user_model.objects.create_user("alice", password="alice-pass-123")

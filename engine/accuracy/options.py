@@ -44,8 +44,7 @@ class AccuracyOptions(StageOptions):
     layers: bool = option(True, "locate the first divergent layer", public=False)
     thresholds: dict[str, float | None] = option(
         {},
-        "limits that override the defaults, e.g. {\"cosine\": 0.9999}; null switches a "
-        "check off",
+        'limits that override the defaults, e.g. {"cosine": 0.9999}; null switches a check off',
         choices=THRESHOLDS,
         public=False,
     )

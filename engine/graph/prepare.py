@@ -103,7 +103,7 @@ def prepare_model(
     report(0.0, "loading model")
     data = _bytes(source)
     sha = hashlib.sha256(data).hexdigest()
-    key = _key(sha, options, limits)
+    key = _key(sha, options)
     if cache_dir is not None:
         cached = prepared_cache.load(Path(cache_dir), key)
         if cached is not None:
@@ -372,14 +372,15 @@ def _bytes(source: ModelSource) -> bytes:
     return read_model_file(source)
 
 
-def _key(sha: str, options: PrepareOptions, limits: Limits) -> str:
+def _key(sha: str, options: PrepareOptions) -> str:
+    """The cache key: the bytes and the input shapes (limits decide whether a model may be
+    prepared, not what it becomes)."""
     text = json.dumps(
         {
             "version": PREPARE_VERSION,
             "onnx": onnx.__version__,
             "model": sha,
             "shapes": options.to_dict()["input_shapes"],
-            "limits": [limits.max_bytes, limits.max_nodes, limits.max_tensor_elements],
         },
         sort_keys=True,
     )

@@ -83,7 +83,50 @@ def test_pipeline_runs_on_a_real_worker_and_streams_progress(start_worker, user,
     assert run.status == "succeeded"
     assert run.model.analysis["params"] == 1_235_496
     profile = run.stages.get(stage="profile").result
-    assert profile["runs"] >= 10 and profile["latency_ms"]["median"] > 0
+    assert profile["runs"] >= 10 and profile["latency_ms"] == profile["latency"]["median"] > 0
+
+
+def test_every_stage_on_host_runs_on_a_real_worker(start_worker, user, real_model):
+    """A run with every stage ticked on the default target: each stage that applies
+    completes on the worker, partition says why it does not apply, the run succeeds."""
+    start_worker()
+    model = store_model_file(real_model("resnet_ts"), owner=user, name="resnet.onnx")
+    options = {
+        "profile": {"window_s": 0.5, "tvm_kernels": False},
+        "memory": {"compare_tvm": False},
+        "compile": {"threads": 1},
+    }
+    run = pipeline.create_run(
+        owner=user,
+        model=model,
+        target=Target.objects.get(name="host"),
+        options=RunOptions.from_dict(ALL, options),
+    )
+    wait_until(
+        lambda: not Run.objects.get(pk=run.pk).is_active,
+        timeout_s=600,
+        interval_s=1,
+        what="the run with every stage to end",
+    )
+    run.refresh_from_db()
+    stages = {s.stage: s for s in run.stages.all()}
+    assert run.status == "succeeded", {n: (s.status, s.error_message) for n, s in stages.items()}
+    assert {n: s.status for n, s in stages.items()} == {
+        "analyze": "succeeded",
+        "profile": "succeeded",
+        "partition": "not_applicable",
+        "memory": "succeeded",
+        "compile": "succeeded",
+        "accuracy": "succeeded",
+    }
+    assert "has one compute unit" in stages["partition"].message
+    assert stages["analyze"].result["not_costed"] == []
+    assert stages["compile"].result["outputs_match"] is True
+    assert stages["accuracy"].result["verdict"] == "pass"
+    assert run.artifacts.filter(stage="compile").exists()
+
+
+ALL = ["analyze", "profile", "partition", "memory", "compile", "accuracy"]
 
 
 def test_websocket_refuses_another_users_run(start_worker, user, other_user, model):
