@@ -61,6 +61,12 @@ def op_variant(node: Node, graph: Graph) -> str | None:
     return None
 
 
+LOGIC_DTYPES = frozenset({"bool", "int64", "int32"})
+"""Dtypes of masks and index arithmetic, priced by their memory traffic on a general-purpose
+unit when its profile gives no peak for them."""
+GENERAL_PURPOSE = frozenset({"cpu", "gpu"})
+
+
 def unit_dtype(tensor_dtype: str) -> str:
     """The ``peak_gflops`` key for a tensor dtype name (``float32`` -> ``fp32``)."""
     return _DTYPES.get(tensor_dtype, tensor_dtype)
@@ -117,7 +123,15 @@ class CostModel:
         if cost is None:
             return OpEstimate(None, "not_costed", reason="the op's work is not known")
         compute_us = memory_us = 0.0
-        if cost.flops:
+        if cost.flops and dtype in LOGIC_DTYPES and dtype not in u.peak_gflops:
+            # Masks and index arithmetic (And, Where's condition, int64 shape math): a
+            # general-purpose unit computes them at the speed it moves them; an accelerator
+            # that lists no such dtype does not run them.
+            if u.kind not in GENERAL_PURPOSE:
+                return OpEstimate(
+                    None, "unsupported", reason=f"{u.name} does not compute in {dtype}"
+                )
+        elif cost.flops:
             if dtype not in u.peak_gflops:
                 return OpEstimate(
                     None, "unsupported", reason=f"{u.name} does not compute in {dtype}"

@@ -145,3 +145,16 @@ def test_a_reshape_is_a_view_and_costs_the_launch(model):
     moved = OpCost(0, 0, 0, bytes_read=10**6, bytes_written=10**6)
     assert model.op_latency_us(moved, "Reshape", "cpu") == 5.0
     assert model.op_latency_us(moved, "Transpose", "cpu") == pytest.approx(5 + 200.0)
+
+
+def test_masks_and_index_math_run_on_general_units_at_memory_speed():
+    from engine.graph.costs import OpCost
+    from engine.targets import CostModel, get_target
+
+    model = CostModel(get_target("phone-snapdragon835"))
+    cost = OpCost(macs=0, flops=1024, params=0, bytes_read=2048, bytes_written=1024)
+    cpu = model.estimate(cost, "And", "cpu_big", "bool")
+    assert cpu.status == "ok" and cpu.bound == "memory"
+    assert model.estimate(cost, "And", "cpu_little", "bool").status == "ok"
+    dsp = model.estimate(cost, "And", "dsp", "bool")
+    assert dsp.status == "unsupported" and "does not compute in bool" in dsp.reason
