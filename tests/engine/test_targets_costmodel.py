@@ -156,5 +156,5 @@ def test_masks_and_index_math_run_on_general_units_at_memory_speed():
     cpu = model.estimate(cost, "And", "cpu_big", "bool")
     assert cpu.status == "ok" and cpu.bound == "memory"
     assert model.estimate(cost, "And", "cpu_little", "bool").status == "ok"
-    dsp = model.estimate(cost, "And", "dsp", "bool")
+    dsp = model.estimate(cost, "Mul", "dsp", "bool")  # a unit that runs Mul, in int8 only
     assert dsp.status == "unsupported" and "does not compute in bool" in dsp.reason
