@@ -12,7 +12,7 @@
   function pct(x) { return Math.round(100 * x) + "%"; }
 
   function setStatus(el, status) {
-    el.textContent = status;
+    el.textContent = status.replace("_", " ");
     el.className = "status status-" + status;
   }
 
