@@ -106,12 +106,12 @@ class Target(models.Model):
 
 
 class Status(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    SKIPPED = "skipped"
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    SKIPPED = "skipped", "skipped"
     NOT_APPLICABLE = "not_applicable", "not applicable"
 
 
