@@ -33,4 +33,19 @@ class StageInputs:
 
 
 NO_INPUTS = StageInputs()
+
+
+@dataclass
+class StageReport:
+    """A stage's result: the JSON the web stores and the CLI prints (``details``) and the
+    files it wrote into the workdir (kind -> path). Stages whose result has a dataclass of
+    its own (the analysis, the accuracy report) return that instead."""
+
+    details: dict = field(repr=False)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return self.details
+
+
 """A stage run on its own: no earlier results, no files, no artifacts kept."""

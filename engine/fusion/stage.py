@@ -4,9 +4,8 @@ onnxruntime, with its artifact (kept when the caller gives a workdir)."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 
-from engine.contract import NO_INPUTS, StageInputs
+from engine.contract import NO_INPUTS, StageInputs, StageReport
 from engine.errors import ProgressFn
 from engine.fusion.compile import CompileConfig, compile_model
 from engine.fusion.options import CompileOptions
@@ -14,18 +13,12 @@ from engine.graph.prepared import PreparedModel
 from engine.targets.schema import TargetProfile
 
 
-@dataclass
-class CompileReport:
-    """The compile result (``details``) and the artifacts kept (kind -> path)."""
+class CompileReport(StageReport):
+    """The compile result and the artifact kept (``compiled_library``)."""
 
-    latency_ms: float | None
-    onnxruntime_latency_ms: float | None
-    outputs_match: bool | None
-    details: dict = field(repr=False)
-    artifacts: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return self.details
+    @property
+    def speed_vs_onnxruntime(self) -> float | None:
+        return self.details["speed_vs_onnxruntime"]
 
 
 def run(
@@ -51,10 +44,4 @@ def run(
     artifacts = {"compiled_library": result["artifact"]} if inputs.workdir else {}
     if not inputs.workdir:
         result["artifact"] = None
-    return CompileReport(
-        result["latency_ms"],
-        result["onnxruntime_latency_ms"],
-        result["outputs_match"],
-        result,
-        artifacts,
-    )
+    return CompileReport(result, artifacts)

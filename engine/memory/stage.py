@@ -8,10 +8,9 @@ A tensor of unknown size is not planned and not counted as 0: the report lists i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.contract import NO_INPUTS, StageInputs
+from engine.contract import NO_INPUTS, StageInputs, StageReport
 from engine.errors import Cancelled, EngineError, ProgressFn, error_line
 from engine.graph.prepared import PreparedModel
 from engine.memory.levels import LevelConfig
@@ -20,18 +19,12 @@ from engine.memory.plan import MemoryConfig, plan_memory
 from engine.targets.schema import TargetProfile, Unit
 
 
-@dataclass
-class MemoryStageReport:
-    """Arena sizes per planner against the lower bound (``details``), artifacts written."""
+class MemoryStageReport(StageReport):
+    """Arena sizes per planner against the lower bound, and the full plan's artifact."""
 
-    lower_bound_bytes: int
-    best: str | None
-    valid: bool
-    details: dict = field(repr=False)
-    artifacts: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return self.details
+    @property
+    def best(self) -> str | None:
+        return self.details["best"]
 
 
 def run(
@@ -75,7 +68,7 @@ def run(
     result["per_unit"] = _per_unit(prepared, partition, config, units, progress)
     if options.compare_tvm:
         result["tvm"] = _tvm(prepared, options, progress)
-    return MemoryStageReport(report.lower_bound_bytes, report.best, report.valid, result, artifacts)
+    return MemoryStageReport(result, artifacts)
 
 
 def _chosen_levels(options: MemoryOptions, units: dict[str, Unit]) -> LevelConfig | None:

@@ -8,10 +8,9 @@ in onnxruntime against the whole model, and kept as an artifact when there is a 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.contract import NO_INPUTS, NotApplicable, StageInputs
+from engine.contract import NO_INPUTS, NotApplicable, StageInputs, StageReport
 from engine.errors import ProgressFn
 from engine.graph.prepared import PreparedModel
 from engine.partition.api import compare_algorithms
@@ -22,19 +21,13 @@ from engine.targets.catalog import get_target, load_presets
 from engine.targets.schema import TargetProfile
 
 
-@dataclass
-class PartitionReport:
-    """The comparison (``details``: every algorithm's plan, the best, the verdict) and the
-    artifacts written (kind -> path)."""
+class PartitionReport(StageReport):
+    """The comparison (every algorithm's plan, the best, the verdict) and the best plan's
+    sub-models (``schedule``)."""
 
-    target: str
-    best: str | None
-    best_makespan_ms: float | None
-    details: dict = field(repr=False)
-    artifacts: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {**self.details, "target": self.target}
+    @property
+    def best(self) -> str | None:
+        return self.details["best"]
 
 
 def run(
@@ -64,6 +57,7 @@ def run(
     )
     details["notes"] = list(problem.notes)
     details["cloud"] = cloud.name if cloud is not None else None
+    details["target"] = target.name
     best = details.get("best")
     artifacts = {}
     if best and (options.check_execution or inputs.workdir):
@@ -83,7 +77,7 @@ def run(
                 str(Path(inputs.workdir) / f"submodels-{best}"), "zip", folder
             )
             artifacts["schedule"] = archive
-    return PartitionReport(target.name, best, details.get("best_makespan_ms"), details, artifacts)
+    return PartitionReport(details, artifacts)
 
 
 def cloud_target(name: str | None, mobile: str) -> TargetProfile:

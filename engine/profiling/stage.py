@@ -9,9 +9,7 @@ says which it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from engine.contract import NO_INPUTS, NotApplicable, StageInputs
+from engine.contract import NO_INPUTS, NotApplicable, StageInputs, StageReport
 from engine.errors import Cancelled, EngineError, ProgressFn, error_line
 from engine.graph.prepared import PreparedModel
 from engine.profiling.calibrate import calibrate, modeled_copy
@@ -24,25 +22,18 @@ from engine.profiling.sweeps import sweep_batch, sweep_threads
 from engine.targets.schema import TargetProfile
 
 
-@dataclass
-class ProfileReport:
-    """``latency_ms`` is the whole model's median (measured) or the best unit's sum
-    (predicted), ``None`` when unknown; ``details`` holds the full profile."""
+class ProfileReport(StageReport):
+    """The profile: ``latency_ms`` is the whole model's median (measured) or the chosen
+    unit's sum (predicted), ``None`` when unknown; ``measured`` says which."""
 
-    target: str
-    measured: bool
-    latency_ms: float | None
-    unit: str | None
-    details: dict = field(repr=False)
+    @classmethod
+    def of(cls, target: str, measured: bool, latency_ms, unit, details: dict) -> ProfileReport:
+        details.update(target=target, measured=measured, latency_ms=latency_ms, unit=unit)
+        return cls(details)
 
-    def to_dict(self) -> dict:
-        return {
-            **self.details,
-            "target": self.target,
-            "measured": self.measured,
-            "latency_ms": self.latency_ms,
-            "unit": self.unit,
-        }
+    @property
+    def latency_ms(self) -> float | None:
+        return self.details["latency_ms"]
 
 
 def run(
@@ -76,7 +67,7 @@ def _predicted(
     latency = chosen["latency_ms"] if chosen and chosen["complete"] else None
     predicted["findings"] = [f.to_dict() for f in find_all(predicted=predicted)]
     _name_user_nodes(predicted["ops"], prepared)
-    return ProfileReport(target.name, False, latency, unit, predicted)
+    return ProfileReport.of(target.name, False, latency, unit, predicted)
 
 
 def _measured(
@@ -118,7 +109,7 @@ def _measured(
         copy, {prepared.header.graph_name or "model": as_profiled}
     ).to_dict()
     result["findings"] = [f.to_dict() for f in find_all(as_profiled, sweeps)]
-    return ProfileReport(target.name, True, latency_stats["median"], result["unit"], result)
+    return ProfileReport.of(target.name, True, latency_stats["median"], result["unit"], result)
 
 
 def _tvm_kernels(

@@ -22,15 +22,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
-    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
-    return sent
-
-
-@pytest.fixture
 def trained_like(tmp_path):
     """SqueezeNet with random weights in a sane range (the shipped fills overflow fp16)."""
     path = tmp_path / "squeezenet_random.onnx"

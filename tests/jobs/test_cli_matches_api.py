@@ -18,22 +18,7 @@ from tests.conftest import SQUEEZENET
 from workbench.models import Run
 from workbench.uploads import store_model_file
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
-    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
-    return sent
-
-
-@pytest.fixture(autouse=True)
-def _no_heartbeat(settings):
-    # In-process, the heartbeat's own connection cannot see this test's uncommitted rows.
-    settings.RUN_HEARTBEAT_SECONDS = 3600
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_heartbeat")]
 
 
 @pytest.fixture

@@ -14,26 +14,10 @@ from workbench import pipeline
 from workbench.models import Target, TuningRecord
 from workbench.uploads import store_model_file
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_heartbeat")]
 
 
 TRIALS = 8  # one round of MetaSchedule measurements
-
-
-@pytest.fixture(autouse=True)
-def _no_heartbeat(settings):
-    # The heartbeat thread has its own connection, which cannot see this test's
-    # uncommitted rows and would take the stage for cancelled; tests/integration covers it.
-    settings.RUN_HEARTBEAT_SECONDS = 3600
-
-
-@pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
-    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
-    return sent
 
 
 def write_dense_model(path):

@@ -17,29 +17,12 @@ from workbench import pipeline
 from workbench.models import OnnxModel, Run, StageResult, Target
 from workbench.uploads import store_model_file
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def enqueued(monkeypatch):
-    sent: list[StageResult] = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    monkeypatch.setattr("workbench.pipeline.publish_run", lambda run_id: None)
-    monkeypatch.setattr("jobs.progress.publish_run", lambda run_id: None)
-    return sent
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_heartbeat")]
 
 
 @pytest.fixture
 def model(user):
     return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
-
-
-@pytest.fixture(autouse=True)
-def _no_heartbeat(settings):
-    # The heartbeat thread has its own connection, which cannot see this test's
-    # uncommitted rows and would take a stage running longer than a beat for cancelled;
-    # tests/integration covers heartbeats with real workers.
-    settings.RUN_HEARTBEAT_SECONDS = 3600
 
 
 def make_run(user, model, stages, options=None, capture=None) -> Run:
