@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.fusion.importer import ImportedModule, restore_names
 from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
+from engine.fusion.workloads import workload_key, workload_module
 
 
 @dataclass
@@ -168,8 +169,6 @@ def build_segment(
 
 def _apply_tuned(mod, tuned: dict):
     import tvm
-
-    from engine.fusion.tuning import workload_key, workload_module
 
     updates = {}
     for gv, func in mod.functions.items():

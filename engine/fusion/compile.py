@@ -32,8 +32,10 @@ from engine.fusion.rule_trials import plan_rules
 from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
 from engine.fusion.target import resolve_target
 from engine.fusion.timing import set_threads
+from engine.fusion.tuning import TuningBudget, tune_segments
 from engine.fusion.tuning_store import RecordStore, open_store
 from engine.fusion.whole_model_check import apply_stored_check, keep_faster
+from engine.fusion.workloads import tuned_set_key
 
 
 @dataclass(frozen=True)
@@ -260,8 +262,6 @@ def _tune(fused, spec, config: CompileConfig, report):
     the store)."""
     if config.tuning_store is None and not (config.tune_trials or config.tune_minutes):
         return {"enabled": False}, None, None
-    from engine.fusion.tuning import TuningBudget, tune_segments
-
     given = config.tuning_store
     store = open_store(given if given is not None else Path(config.out_dir) / "tuning")
     budget = TuningBudget(trials=config.tune_trials, minutes=config.tune_minutes)
@@ -279,8 +279,6 @@ def _check_key(tuned, model_sha256: str, fallback: dict, config: CompileConfig) 
     """The store key of the whole-model check of this model with these tuned kernels."""
     if not tuned:
         return None
-    from engine.fusion.tuning import tuned_set_key
-
     build = [model_sha256, *sorted(fallback), *config.rules, *map(str, config.input_shapes.items())]
     return tuned_set_key(tuned, "\n".join(build))
 

@@ -35,7 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import Cancelled, ProgressFn
+from engine.fusion.build import build_segment
 from engine.fusion.tuning_store import RecordStore, target_key
+from engine.fusion.workloads import workload_key, workload_module
 
 _TIME_SHARE_TUNED = 0.95
 _MIN_GAIN = 0.95  # a tuned kernel must be at least 5% faster than the default schedule
@@ -144,34 +146,6 @@ def tune_segments(
     return summary, _chosen(workloads)
 
 
-def workload_module(func):
-    """The IRModule MetaSchedule tunes for a kernel (and the key's source)."""
-    import tvm
-
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-
-
-def workload_key(mod) -> str:
-    return _structural_key(mod)
-
-
-def _structural_key(obj) -> str:
-    import tvm_ffi
-
-    return f"{tvm_ffi.structural_hash(obj) & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
-def tuned_set_key(tuned: dict, build: str) -> str:
-    """The store key of the whole-model check of one build (``build`` names the model and
-    how it was compiled) with one set of tuned kernels ({workload key: PrimFunc}): a
-    different record for any of them is a different set."""
-    import hashlib
-
-    kernels = ",".join(f"{key}:{_structural_key(func)}" for key, func in sorted(tuned.items()))
-    text = f"{build}\n{kernels}"
-    return "model-" + hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
 def _chosen(workloads) -> dict:
     return {k: w.chosen for k, w in workloads.items() if w.chosen is not None}
 
@@ -224,7 +198,6 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
     from tvm.runtime.vm import VirtualMachine
 
     from engine.fusion import forked
-    from engine.fusion.build import build_segment
     from engine.fusion.timing import kernel_times_us
 
     with tempfile.TemporaryDirectory(prefix="wb-defaults-") as tmp:

@@ -17,7 +17,6 @@ from google.protobuf.message import DecodeError
 
 from engine.errors import InvalidModelError, ModelLimitError, UnsupportedModelError
 from engine.graph.tensors import TensorSpec, value_spec
-from engine.graph.topology import sorted_model
 
 ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 """What the loaders accept: a path, the file's bytes, or a parsed model."""
@@ -50,33 +49,6 @@ class ModelHeader:
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
         }
-
-
-def read_header(
-    path: str | os.PathLike,
-    *,
-    max_bytes: int | None = None,
-    max_nodes: int | None = None,
-    max_tensor_elements: int | None = None,
-) -> ModelHeader:
-    """Validate an uploaded ONNX file and return its header.
-
-    Checks that the file exists, is not empty, fits ``max_bytes``, parses as an ONNX
-    model with at least one node (and at most ``max_nodes``), has no external data, a
-    known opset, no cycle and no input that nothing produces, no declared tensor over
-    ``max_tensor_elements``, and passes ``onnx.checker.check_model``. Raises
-    :class:`InvalidModelError`, :class:`ModelLimitError` or :class:`UnsupportedModelError`.
-    """
-    from engine.graph.shapes import check_declared_sizes  # shapes imports this module
-
-    model = load_model(path, max_bytes=max_bytes)
-    if max_nodes is not None:
-        check_node_limit(model, max_nodes)
-    model, _ = sorted_model(model)
-    if max_tensor_elements is not None:
-        check_declared_sizes(model, max_tensor_elements)
-    check_model(model)
-    return model_header(model)
 
 
 def check_node_limit(model: onnx.ModelProto, max_nodes: int) -> None:

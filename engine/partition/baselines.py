@@ -6,7 +6,7 @@ The best of them is what every partitioned plan must beat to be worth its comple
 from __future__ import annotations
 
 from engine.partition.problem import PartitionError, PartitionProblem
-from engine.partition.registry import Plan, register
+from engine.partition.registry import SINGLE_PREFIX, Plan, register, register_family
 from engine.partition.simulator import simulate
 
 
@@ -28,6 +28,12 @@ def single_unit_makespans(problem: PartitionProblem) -> dict[str, float]:
         for u in problem.full_units
         if not problem.unpriced_moves((u,) * problem.n)
     }
+
+
+@register_family(SINGLE_PREFIX)
+def on_one_unit(unit: str):
+    """The algorithm ``single:<unit>``: every op on ``unit``."""
+    return lambda problem, options, progress: single_unit(problem, unit)
 
 
 @register("single-unit")

@@ -114,12 +114,24 @@ def algorithm_names() -> list[str]:
     return sorted(_ALGORITHMS)
 
 
-def get_algorithm(name: str) -> Algorithm:
-    if name.startswith(SINGLE_PREFIX):
-        from engine.partition.baselines import single_unit
+_FAMILIES: dict[str, Callable[[str], Algorithm]] = {}
 
-        unit = name[len(SINGLE_PREFIX) :]
-        return lambda problem, options, progress: single_unit(problem, unit)
+
+def register_family(prefix: str) -> Callable[[Callable[[str], Algorithm]], Callable]:
+    """Register algorithms named ``<prefix><argument>``: ``make(argument)`` builds one
+    (``single:<unit>`` runs everything on that unit)."""
+
+    def decorate(make: Callable[[str], Algorithm]) -> Callable[[str], Algorithm]:
+        _FAMILIES[prefix] = make
+        return make
+
+    return decorate
+
+
+def get_algorithm(name: str) -> Algorithm:
+    for prefix, make in _FAMILIES.items():
+        if name.startswith(prefix):
+            return make(name[len(prefix) :])
     try:
         return _ALGORITHMS[name]
     except KeyError:
