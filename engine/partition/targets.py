@@ -31,9 +31,8 @@ from engine.partition.problem import (
     describe_tensors,
     problem_from_graph,
 )
-from engine.profiling.predicted import op_dtype
 from engine.targets import CostModel, TargetProfile
-from engine.targets.costmodel import op_variant
+from engine.targets.costmodel import op_dtype, op_variant
 
 CLOUD_UNIT = "cloud"
 _LISTED = 5  # nodes or tensors named in an error, the rest counted

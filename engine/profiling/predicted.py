@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 
 from engine.errors import ProgressFn
 from engine.graph.costs import cost_node
-from engine.graph.ir import PROGRESS_EVERY, Graph, Node
-from engine.targets.costmodel import CostModel, OpEstimate, op_variant, unit_dtype
+from engine.graph.ir import PROGRESS_EVERY, Graph
+from engine.targets.costmodel import CostModel, OpEstimate, op_dtype, op_variant
 from engine.targets.schema import TargetProfile
 
 _CONSTANT = OpEstimate(0.0, "constant", reason="computed once at load time (constant inputs)")
@@ -142,15 +142,6 @@ def predict_profile(
         ops=ops,
         notes=_notes(profile, units),
     )
-
-
-def op_dtype(node: Node, graph: Graph) -> str:
-    """The ``peak_gflops`` key an op computes in: its output's dtype, except for a boolean
-    result (a comparison, IsNaN), which is computed in its first input's dtype."""
-    dtypes = [graph.tensors[o].dtype for o in node.outputs if o] or ["?"]
-    if dtypes[0] == "bool":
-        dtypes = [graph.tensors[i].dtype for i in node.inputs if i] or dtypes
-    return unit_dtype(dtypes[0])
 
 
 def constant_nodes(graph: Graph) -> set[str]:

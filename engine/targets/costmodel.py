@@ -218,3 +218,12 @@ def network_energy_j(seconds: float | None, radio_w: float | None) -> float | No
     if seconds is None or radio_w is None:
         return None
     return radio_w * seconds
+
+
+def op_dtype(node: Node, graph: Graph) -> str:
+    """The ``peak_gflops`` key an op computes in: its output's dtype, except for a boolean
+    result (a comparison, IsNaN), which is computed in its first input's dtype."""
+    dtypes = [graph.tensors[o].dtype for o in node.outputs if o] or ["?"]
+    if dtypes[0] == "bool":
+        dtypes = [graph.tensors[i].dtype for i in node.inputs if i] or dtypes
+    return unit_dtype(dtypes[0])
