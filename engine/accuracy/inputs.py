@@ -30,6 +30,8 @@ DISTRIBUTIONS = ("normal", "uniform")
 """``normal``: N(0, 1); ``uniform``: U[-1, 1). Both for floating inputs only."""
 
 DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_INT_HIGH = 2
+"""Generated integer inputs that index no table are drawn from [0, 2): masks and type ids."""
 _GATHER_OPS = frozenset({"Gather", "GatherElements", "GatherND"})
 _UNSAFE = ("Object arrays", "pickled data", "allow_pickle")
 
@@ -127,7 +129,7 @@ def generate_inputs(
     distribution: str = "normal",
     *,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
-    int_high: int = 2,
+    int_high: int = DEFAULT_INT_HIGH,
 ) -> InputSet:
     """Draw one input per model input from ``numpy.random.default_rng(seed)``.
 
@@ -143,7 +145,7 @@ def generate_inputs(
     model = load_model(model)
     shapes = dict(shapes or {})
     rng = np.random.default_rng(seed)
-    bounds = _index_bounds(model)
+    bounds = index_bounds(model)
     feeds, ranges = {}, {}
     for value in model_inputs(model):
         spec = value_spec(value)
@@ -171,8 +173,9 @@ def generate_inputs(
     return InputSet(feeds, "generated", seed, distribution, ranges)
 
 
-def _index_bounds(model: onnx.ModelProto) -> dict[str, int]:
-    """Input name -> the size of the axis of a weight that a Gather indexes with it."""
+def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Input name -> the size of the axis of a weight that a Gather indexes with it: the
+    exclusive upper bound of valid generated values (token ids below the vocabulary)."""
     graph = model.graph
     dims = {t.name: list(t.dims) for t in graph.initializer}
     bounds: dict[str, int] = {}

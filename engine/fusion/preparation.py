@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from engine.accuracy.inputs import DEFAULT_INT_HIGH, index_bounds
 from engine.errors import UnsupportedModelError
 from engine.fusion import delegate
 from engine.fusion.importer import NodeImportError, import_onnx, supported_op_types
+from engine.graph.tensors import type_spec
 
 MAX_FALLBACK_ROUNDS = 50
 _CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
@@ -17,8 +19,6 @@ _CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
 
 def full_shapes(model, given: dict, model_inputs) -> dict[str, tuple[int, ...]]:
     """Given shapes, and every other input's symbolic dimensions set to 1."""
-    from engine.graph.tensors import type_spec
-
     shapes = {}
     for value in model_inputs(model):
         if value.name in given:
@@ -97,13 +97,17 @@ def simplified_origin(original, model) -> dict[str, list[str]]:
 
 
 def input_specs(model, model_inputs) -> list[dict]:
-    """Name, shape and numpy dtype of every model input."""
-    from engine.graph.tensors import type_spec
-
-    return [
-        {"name": v.name, "shape": list(type_spec(v.type)[0] or []), "dtype": _np_dtype(v)}
-        for v in model_inputs(model)
-    ]
+    """Name, shape and numpy dtype of every model input; an integer input also has the
+    exclusive bound ``high`` of valid generated values (the size of the table it indexes,
+    as the accuracy stage draws them), so example inputs never index out of range."""
+    bounds = index_bounds(model)
+    specs = []
+    for v in model_inputs(model):
+        spec = {"name": v.name, "shape": list(type_spec(v.type)[0] or []), "dtype": _np_dtype(v)}
+        if np.issubdtype(np.dtype(spec["dtype"]), np.integer):
+            spec["high"] = int(bounds.get(v.name, DEFAULT_INT_HIGH))
+        specs.append(spec)
+    return specs
 
 
 def dtypes(model: onnx.ModelProto) -> dict[str, str]:

@@ -165,8 +165,8 @@ def example_inputs(specs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:
             feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
         elif dtype == np.bool_:
             feeds[spec["name"]] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[spec["name"]] = rng.integers(0, 8, shape).astype(dtype)
+        else:  # below the table an index input reads (the manifest's "high")
+            feeds[spec["name"]] = rng.integers(0, spec.get("high", 2), shape).astype(dtype)
     return feeds
 
 
