@@ -35,8 +35,12 @@ def write_manifest(
     fallback,
     origin,
     tuning,
+    threads: int = 0,
 ) -> dict:
-    """Write ``segment*.onnx`` for fallback segments, the runner and ``manifest.json``."""
+    """Write ``segment*.onnx`` for fallback segments, the runner and ``manifest.json``
+    (an earlier manifest's segment files are removed first)."""
+    for stale in directory.glob("segment*.onnx"):
+        stale.unlink()
     shutil.copyfile(Path(__file__).with_name("standalone.py"), directory / RUNNER)
     entries = []
     for seg in segments:
@@ -73,7 +77,7 @@ def write_manifest(
         "format": 1,
         "model_sha256": model_sha256,
         "target": spec.to_dict(),
-        "threads": spec.threads,
+        "threads": threads or spec.threads,
         "inputs": inputs,
         "outputs": [{"name": o.name} for o in model.graph.output],
         "segments": entries,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,12 @@ import onnx
 
 from engine.errors import ProgressFn, UnsupportedModelError
 from engine.fusion import artifact, delegate, plan, rules
+from engine.fusion.backend_choice import (
+    mix_wins,
+    moved_to_onnxruntime,
+    repartition,
+    time_segments,
+)
 from engine.fusion.importer import prepare, simplify
 from engine.fusion.measurement import measure
 from engine.fusion.preparation import (
@@ -30,6 +37,7 @@ from engine.fusion.preparation import (
 )
 from engine.fusion.rule_trials import plan_rules
 from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
+from engine.fusion.standalone import example_inputs
 from engine.fusion.target import resolve_target
 from engine.fusion.timing import set_threads
 from engine.fusion.tuning import TuningBudget, tune_segments
@@ -65,6 +73,8 @@ class CompileConfig:
     measure: bool = True
     build_timeout_s: float = 600.0
     timing_window_s: float = 2.0
+    timing_rounds: int = 3
+    choose_backends: bool = True
     kernel_timing_runs: int = 3
     rtol: float = 1e-3
     atol: float = 1e-4
@@ -84,6 +94,9 @@ class CompileResult:
     onnxruntime_latency_ms: float | None
     outputs_match: bool | None
     max_abs_error: dict[str, float]
+    timing: dict | None
+    backend: str
+    backend_choice: list[dict]
     artifact: str
     artifact_files: dict[str, str]
     tuning: dict
@@ -109,6 +122,10 @@ class CompileResult:
             "threads": self.threads,
             "outputs_match": self.outputs_match,
             "max_abs_error": dict(self.max_abs_error),
+            "timing": self.timing,
+            "backend": self.backend,
+            "backend_choice": list(self.backend_choice),
+            "peak_memory": (self.timing or {}).get("peak_memory"),
             "artifact": self.artifact,
             "artifact_files": dict(self.artifact_files),
             "fusion": self.fusion.to_dict(),
@@ -184,6 +201,8 @@ def compile_model(
     clock.lap("build")
     inputs = input_specs(original, model_inputs)
 
+    artifact_threads = 0  # the target's; onnxruntime alone gets its best setting
+
     def manifest(directory: Path, built_there: dict) -> None:
         artifact.write_manifest(
             directory,
@@ -196,6 +215,7 @@ def compile_model(
             fallback,
             origin,
             tuning,
+            threads=artifact_threads,
         )
 
     if tuned and "end_to_end" not in tuning:
@@ -203,6 +223,20 @@ def compile_model(
             fused, spec, out, built, tuned, check_key, tuning, store, config, manifest, report
         )
         clock.lap("end_to_end_check")
+
+    choices = []
+    if config.measure and config.choose_backends and fused:
+        report(0.8, "timing each TVM segment against onnxruntime")
+        manifest(staging, built)
+        feeds = example_inputs(inputs, config.seed)
+        choices = time_segments(staging, segments, spec.threads, feeds)
+        moved = moved_to_onnxruntime(choices)
+        if moved:
+            fallback.update(moved)
+            segments, fused, built = repartition(
+                model, fallback, segments, fused, built, spec, staging, tuned, config, report
+            )
+        clock.lap("backend_choice")
 
     kernels, boundaries = [], []
     for index, seg in fused.items():
@@ -217,11 +251,48 @@ def compile_model(
     onnx.save(model, str(staging / "model.simplified.onnx"))
     if config.measure:
         report(0.85, "running against onnxruntime")
-        result = measure(original, staging, spec, config, fused, built, kernels, inputs)
+        result = measure(
+            original,
+            staging,
+            spec,
+            config,
+            fused,
+            built,
+            kernels,
+            inputs,
+            report=lambda f, m: report(0.85 + 0.1 * f, m),
+        )
         clock.lap("measure")
+        best_threads = (result["timing"] or {}).get("onnxruntime_threads")
+        if not mix_wins(result) and (fused or best_threads != (artifact_threads or spec.threads)):
+            # onnxruntime alone was as fast: ship it, on its best thread setting.
+            mix = result["timing"]
+            artifact_threads = best_threads
+            reason = (
+                f"the mix of TVM and onnxruntime ({mix['latency_ms']:.3f} ms) was not faster "
+                f"than onnxruntime alone ({mix['onnxruntime_latency_ms']:.3f} ms, "
+                f"{artifact_threads} thread(s))"
+            )
+            for node in model.graph.node:
+                fallback.setdefault(node.name, reason)
+            segments, fused, built = delegate.partition(model, set(fallback)), {}, {}
+            shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            manifest(staging, built)
+            onnx.save(model, str(staging / "model.simplified.onnx"))
+            result = measure(original, staging, spec, config, fused, built, [], inputs)
+            result["timing"]["mix"] = mix
+            clock.lap("onnxruntime_only")
     else:
         result = {k: None for k in ("latency_ms", "onnxruntime_latency_ms", "outputs_match")}
-        result["max_abs_error"] = {}
+        result.update(max_abs_error={}, timing=None)
+    backend = (
+        "onnxruntime"
+        if not fused
+        else "tvm"
+        if all(seg.backend == delegate.TVM for seg in segments)
+        else "mixed"
+    )
     tarball, files = artifact.pack(staging, out / "model.tar.gz")
     clock.lap("artifact")
     report(1.0, "done")
@@ -237,6 +308,9 @@ def compile_model(
         onnxruntime_latency_ms=result["onnxruntime_latency_ms"],
         outputs_match=result["outputs_match"],
         max_abs_error=result["max_abs_error"],
+        timing=result["timing"],
+        backend=backend,
+        backend_choice=[c.to_dict() for c in choices],
         artifact=str(tarball),
         artifact_files=files,
         tuning=tuning,

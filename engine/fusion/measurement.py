@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.fusion.fair_timing import time_fairly
 from engine.fusion.standalone import CompiledModel, example_inputs
-from engine.fusion.timing import TimingConfig, kernel_times_us, time_calls
+from engine.fusion.timing import kernel_times_us
 
 
-def measure(original, staging, spec, config, fused, built, kernels, inputs) -> dict:
+def measure(original, staging, spec, config, fused, built, kernels, inputs, report=None) -> dict:
     """Run the build and onnxruntime on the same example inputs: outputs compared, both
-    timed, and each of ``kernels`` given its time and share (in place)."""
+    timed fairly (:mod:`engine.fusion.fair_timing`: fresh processes, onnxruntime at its
+    best thread setting, rounds alternating), peak memory of each, and each of ``kernels``
+    given its time and share (in place)."""
     import onnxruntime as ort
 
     feeds = example_inputs(inputs, config.seed)
@@ -35,15 +38,23 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs) -> d
         errors[name] = float(diff.max()) if diff.size else 0.0
         scale = float(np.abs(ref).max()) if ref.size else 0.0
         match &= bool(errors[name] <= config.atol + config.rtol * scale)
-    timing = TimingConfig(window_s=config.timing_window_s)
-    ours = time_calls(lambda: compiled.run(feeds), timing)
-    theirs = time_calls(lambda: session.run(names, feeds), timing)
     _attach_kernel_times(compiled, fused, built, kernels, feeds, config.kernel_timing_runs)
+    del compiled, session  # their thread pools would share the cores with the timed processes
+    fair = time_fairly(
+        staging,
+        original,
+        feeds,
+        spec.threads,
+        rounds=config.timing_rounds,
+        window_s=config.timing_window_s / config.timing_rounds,
+        progress=report,
+    )
     return {
-        "latency_ms": ours["median"],
-        "onnxruntime_latency_ms": theirs["median"],
+        "latency_ms": fair.latency_ms,
+        "onnxruntime_latency_ms": fair.onnxruntime_latency_ms,
         "outputs_match": match,
         "max_abs_error": errors,
+        "timing": fair.to_dict(),
     }
 
 

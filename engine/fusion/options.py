@@ -24,6 +24,12 @@ class CompileOptions(StageOptions):
         max=240.0,
         label="Tuning minutes",
     )
+    choose_backends: bool = option(
+        True,
+        "time every TVM segment against onnxruntime and run each where it is faster; ship "
+        "onnxruntime alone when the mix is not faster (never slower than onnxruntime)",
+        label="Backend per segment, by measurement",
+    )
     tune_trials: int = option(
         0, "MetaSchedule trial budget (0: set by the minutes)", min=0, max=100_000, public=False
     )

@@ -38,6 +38,7 @@ def run(
             rules=options.rules,
             tune_trials=options.tune_trials,
             tune_minutes=options.tune_minutes,
+            choose_backends=options.choose_backends,
             tuning_store=inputs.tuning_store,
         )
         result = compile_model(prepared.model, config, progress=progress).to_dict()

@@ -31,6 +31,8 @@ os.environ.setdefault(
 )
 
 MANIFEST = "manifest.json"
+ORT_THREADS_IN_MIX = 1
+"""onnxruntime's threads next to TVM segments (see ``CompiledModel``)."""
 
 
 class CompiledModel:
@@ -44,7 +46,7 @@ class CompiledModel:
         # workers spinning between launches, and a second onnxruntime thread fighting
         # them for a core made a fallen-back LSTM 20x slower (12 ms instead of 0.6).
         mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
-        self.ort_threads = 1 if mixed else self.threads
+        self.ort_threads = ORT_THREADS_IN_MIX if mixed else self.threads
         self.segments = [self._load(s) for s in self.manifest["segments"]]
 
     @property

@@ -17,7 +17,13 @@ from cli.main import main
 from engine.errors import EngineError
 from engine.fusion import CompileConfig, compile_model, segment_builds
 
-FAST = {"threads": 1, "timing_window_s": 0.1, "kernel_timing_runs": 1}
+FAST = {
+    "threads": 1,
+    "timing_window_s": 0.1,
+    "timing_rounds": 1,
+    "kernel_timing_runs": 1,
+    "choose_backends": False,  # these tests are about the TVM build (backend choice: its own)
+}
 
 
 def _random(name, shape, seed):

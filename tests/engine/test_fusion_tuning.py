@@ -17,7 +17,13 @@ from engine.errors import Cancelled
 from engine.fusion import CompileConfig, compile_model
 from engine.fusion.tuning_store import DirectoryStore
 
-FAST = {"threads": 1, "timing_window_s": 0.1, "kernel_timing_runs": 1}
+FAST = {
+    "threads": 1,
+    "timing_window_s": 0.1,
+    "timing_rounds": 1,
+    "kernel_timing_runs": 1,
+    "choose_backends": False,  # these tests are about the TVM build (backend choice: its own)
+}
 # MetaSchedule measures up to eight candidates at a time: each budget is one round.
 SMALL, LARGER = 4, 8
 
