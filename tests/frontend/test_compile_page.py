@@ -70,3 +70,39 @@ def test_an_unchecked_build_says_so():
     assert "Whole-model check" not in page(result) and "MetaSchedule" not in page(result)
     result["tuning"] = {"enabled": True, "trials": 0, "records_used": 3}
     assert "3 tuned kernels applied from stored records" in page(result)
+
+
+def test_the_card_says_where_the_artifact_runs_how_it_was_timed_and_its_memory():
+    result = copy.deepcopy(TUNED)
+    result.update(
+        backend="onnxruntime",
+        backend_choice=[
+            {
+                "first_node": "conv1",
+                "nodes": 12,
+                "tvm_ms": 8.2,
+                "onnxruntime_ms": 1.1,
+                "backend": "onnxruntime",
+                "reason": "onnxruntime measured faster on this segment: TVM 8.200 ms, "
+                "onnxruntime 1.100 ms (1 thread, as inside a mix), medians on this worker",
+            }
+        ],
+        timing={
+            "rounds": 3,
+            "runs_per_round": {"compiled": 40},
+            "onnxruntime_threads": 1,
+            "onnxruntime_ms_by_threads": {"1": 1.08, "2": 1.35},
+            "mix": {"latency_ms": 1.5, "onnxruntime_latency_ms": 1.08},
+            "peak_memory": {
+                "compiled": {"peak_rss_bytes": 300_000_000, "model_bytes": 30_000_000},
+                "onnxruntime_1": {"peak_rss_bytes": 200_000_000, "model_bytes": 12_000_000},
+            },
+        },
+    )
+    html = " ".join(page(result).split())
+    assert "onnxruntime alone" in html
+    assert "each in a fresh process, 3 alternating rounds" in html
+    assert "best thread setting (1 thread; 1: 1.080 ms, 2: 1.350 ms)" in html
+    assert "1.500 ms: not faster, so not shipped" in html
+    assert "onnxruntime measured faster on this segment" in html and "<code>conv1</code>" in html
+    assert 'id="compile-memory"' in html
