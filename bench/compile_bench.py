@@ -1,34 +1,43 @@
-"""Compile the bundled models with TVM and compare them with onnxruntime in the same run.
+"""Compile the bundled models and the real-model set, and compare each with onnxruntime in
+the same run.
 
-Per model: compile time, kernels (TVM's FuseOps alone vs with our rules), estimated
-global-memory traffic, TVM latency vs onnxruntime latency (same machine, same threads,
-same process, same inputs), untuned and -- with ``--tune-minutes`` -- tuned through a
-shared tuning store, plus the coverage table (nodes compiled by TVM vs fallen back to
-onnxruntime) and whether the outputs match. ``speed_vs_onnxruntime`` compares with
-onnxruntime at the same thread count; ``speed_vs_onnxruntime_best`` with onnxruntime at
-its faster of 1 and ``--threads`` threads in a fresh session (``onnxruntime_ms_by_threads``). Prints one JSON object.
+Per model: the backend mix the compile chose by measurement (TVM, onnxruntime alone, or
+both), the segments it moved to onnxruntime, kernels (TVM's FuseOps alone vs with our
+rules), compile time, the artifact's latency against onnxruntime at its best thread setting
+(1 or ``--threads``), each in a fresh process with rounds alternating (the compile stage's
+own fair figure, ``engine.fusion.fair_timing``), the TVM/onnxruntime mix's latency where it
+was not shipped, peak memory of both, and whether the outputs match; untuned and -- with
+``--tune-minutes`` -- tuned through a shared tuning store. The summary gives the geometric
+mean of the speed over the models and the lowest speed. Prints one JSON object.
 
-    python bench/compile_bench.py [--models light_resnet50,bert_small] [--threads 2]
-        [--tune-minutes 20] [--tune-models light_resnet50,bert_small] [--out DIR]
+    python bench/compile_bench.py [--models light_resnet50,vit_ts] [--threads 2]
+        [--tune-minutes 20] [--tune-models light_resnet50] [--no-choice] [--out DIR]
 
-Models: every ``onnx/backend/test/data/light/light_*.onnx`` (as ``light_<name>``) and
-every model of ``engine.zoo`` (seeded random weights).
+Models: every ``onnx/backend/test/data/light/light_*.onnx`` (as ``light_<name>``), every
+model of ``engine.zoo`` (seeded random weights) and the real-model set (bench/real_models.py:
+torch exports of transformers and torch code; prepared as the compile stage prepares them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.real_models import MODELS as REAL_MODELS  # noqa: E402
+from bench.real_models import ensure_models  # noqa: E402
 from engine.fusion import CompileConfig, compile_model  # noqa: E402
+from engine.graph.prepare import prepare_model  # noqa: E402
 from engine.zoo import ZOO, build  # noqa: E402
 from engine.zoo.builder import decompose_layer_norms  # noqa: E402
 
@@ -45,57 +54,48 @@ def model_paths(work: Path) -> dict[str, Path]:
     path = work / "bert_small_ln_decomposed.onnx"
     onnx.save(decompose_layer_norms(build("bert_small")), str(path))
     paths[path.stem] = path
+    paths.update(ensure_models(REAL_MODELS))
     return paths
 
 
-def onnxruntime_ms(path: Path, artifact: Path, threads: int) -> float:
-    """Median latency of a plain onnxruntime session with ``threads`` intra-op threads, on
-    the inputs compile_model used (the input specs of its ``artifact``), timed the same
-    way (3 s window)."""
-    import onnxruntime as ort
-
-    from engine.fusion.standalone import MANIFEST, example_inputs
-    from engine.fusion.timing import TimingConfig, time_calls
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = example_inputs(json.loads((artifact / MANIFEST).read_text())["inputs"])
-    return time_calls(lambda: session.run(None, feeds), TimingConfig(window_s=3.0))["median"]
-
-
-def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str) -> dict:
+def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str, choice: bool):
+    prepared = prepare_model(path)  # the compile stage's input: the prepared model
     config = CompileConfig(
         out_dir=str(out),
         threads=threads,
+        input_shapes=prepared.input_shapes,
         tune_minutes=minutes,
         tuning_store=store if minutes else None,
         timing_window_s=3.0,
+        choose_backends=choice,
     )
     started = time.perf_counter()
     try:
-        data = compile_model(path, config).to_dict()
+        data = compile_model(prepared.model, config).to_dict()
     except Exception as e:  # noqa: BLE001 - a failure is a row of the table, not the end
         return {"failed": f"{type(e).__name__}: {str(e)[:300]}"}
-    fusion = data["fusion"]
+    fusion, timing = data["fusion"], data["timing"]
     return {
         "compile_s": round(time.perf_counter() - started, 2),
+        "backend": data["backend"],
+        "segments_moved_to_onnxruntime": sum(
+            c["backend"] == "onnxruntime" for c in data["backend_choice"]
+        ),
+        "segments_kept_on_tvm": sum(c["backend"] == "tvm" for c in data["backend_choice"]),
         "nodes": data["model_nodes"],
         "tvm_nodes": data["tvm_nodes"],
         "fallback_nodes": len(data["fallback_nodes"]),
-        "fallback_ops": sorted({f["op_type"] for f in data["fallback_nodes"]}),
-        "kernels_unfused": fusion["stages"][0]["kernels"],
         "kernels_fuseops": fusion["kernel_count_fuseops"],
         "kernels": fusion["kernel_count"],
-        "traffic_mb_fuseops": round(fusion["traffic_bytes_fuseops"] / 1e6, 3),
-        "traffic_mb": round(fusion["traffic_bytes"] / 1e6, 3),
         "rules_accepted": [
             s["name"] for s in fusion["stages"][2:] if s["accepted"] and s["rewrites"]
         ],
-        "latency_ms": round(data["latency_ms"], 3),
-        "onnxruntime_latency_ms": round(data["onnxruntime_latency_ms"], 3),
-        "speed_vs_onnxruntime": round(data["speed_vs_onnxruntime"], 3),
+        "latency_ms": round(data["latency_ms"], 4),
+        "onnxruntime_latency_ms": round(data["onnxruntime_latency_ms"], 4),
+        "onnxruntime_ms_by_threads": timing["onnxruntime_ms_by_threads"],
+        "mix_latency_ms": (timing.get("mix") or {}).get("latency_ms"),
+        "speed_vs_onnxruntime_best": round(data["speed_vs_onnxruntime"], 3),
+        "peak_memory": data["peak_memory"],
         "outputs_match": data["outputs_match"],
         "tuning": {
             k: data["tuning"].get(k)
@@ -105,21 +105,23 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str) -
     }
 
 
-def add_peer_and_tuned(
-    row: dict, path: Path, work: Path, threads: int, minutes: float, store: str
-) -> None:
-    """onnxruntime at its best thread count (the fair peer: a fresh session, since one
-    created in the compile's own loop may share the cores with TVM's pool), and with a
-    budget the tuned build; each build's speed against that peer."""
-    artifact = work / "untuned" / "artifact"
-    per_threads = {t: onnxruntime_ms(path, artifact, t) for t in sorted({1, threads})}
-    best = min(per_threads.values())
-    row["onnxruntime_ms_by_threads"] = {str(t): round(v, 3) for t, v in per_threads.items()}
-    if minutes:
-        row["tuned"] = bench_one(path, work / "tuned", threads, minutes, store)
-    for kind in ("untuned", "tuned"):
-        if "latency_ms" in row.get(kind, {}):
-            row[kind]["speed_vs_onnxruntime_best"] = round(best / row[kind]["latency_ms"], 3)
+def summary(rows: dict, kind: str) -> dict:
+    speeds = [
+        r[kind]["speed_vs_onnxruntime_best"]
+        for r in rows.values()
+        if "speed_vs_onnxruntime_best" in r.get(kind, {})
+    ]
+    if not speeds:
+        return {}
+    return {
+        "models": len(speeds),
+        "geomean_speed": round(statistics.geometric_mean(speeds), 3),
+        "min_speed": min(speeds),
+        "below_1": sum(s < 1.0 for s in speeds),
+        "backends": dict(
+            Counter(r[kind]["backend"] for r in rows.values() if "backend" in r[kind])
+        ),
+    }
 
 
 def main() -> int:
@@ -129,6 +131,9 @@ def main() -> int:
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="per tuned model")
     parser.add_argument("--tune-models", help="models to tune (default: all with a budget)")
     parser.add_argument("--out", help="keep artifacts and the tuning store here")
+    parser.add_argument(
+        "--no-choice", action="store_true", help="keep every segment TVM builds on TVM"
+    )
     args = parser.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="compile-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -137,22 +142,25 @@ def main() -> int:
     tuned = set(args.tune_models.split(",")) if args.tune_models else set(names)
     store = str(work / "tuning-store")
     rows = {}
+    choice = not args.no_choice
     for name in names:
-        row = {"untuned": bench_one(paths[name], work / name / "untuned", args.threads, 0, store)}
-        if "failed" not in row["untuned"]:
-            tune = args.tune_minutes if name in tuned else 0.0
-            add_peer_and_tuned(row, paths[name], work / name, args.threads, tune, store)
+        run = work / name
+        row = {"untuned": bench_one(paths[name], run / "untuned", args.threads, 0, store, choice)}
+        minutes = args.tune_minutes if name in tuned else 0.0
+        if minutes and "failed" not in row["untuned"]:
+            row["tuned"] = bench_one(
+                paths[name], run / "tuned", args.threads, minutes, store, choice
+            )
         rows[name] = row
-        print(f"{name}: {json.dumps(row)}", file=sys.stderr)
-    coverage = {
-        name: {
-            "tvm_nodes": r["untuned"].get("tvm_nodes"),
-            "fallback_nodes": r["untuned"].get("fallback_nodes"),
-            "outputs_match": r["untuned"].get("outputs_match"),
-        }
-        for name, r in rows.items()
+        print(f"{name}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    report = {
+        "command": " ".join(sys.argv),
+        "threads": args.threads,
+        "load_avg_1m": os.getloadavg()[0],
+        "summary": {kind: summary(rows, kind) for kind in ("untuned", "tuned")},
+        "models": rows,
     }
-    print(json.dumps({"threads": args.threads, "models": rows, "coverage": coverage}, indent=1))
+    print(json.dumps(report, indent=1))
     return 0
 
 
