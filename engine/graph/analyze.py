@@ -16,7 +16,7 @@ import onnx
 
 from engine.errors import ProgressFn
 from engine.graph.costs import OpCost, cost_node
-from engine.graph.ir import PROGRESS_EVERY, Graph, Node, build_graph
+from engine.graph.ir import PROGRESS_EVERY, Graph, Node, build_graph, collector_paused
 from engine.graph.loader import (
     ModelHeader,
     ModelSource,
@@ -225,13 +225,14 @@ def analyze_prepared(prepared: PreparedModel, progress: ProgressFn | None = None
     nodes (``user_names``) and saying how the model was prepared."""
     started = time.perf_counter()
     report = progress or _ignore
-    analysis = analyze_graph(
-        prepared.graph,
-        prepared.header,
-        warnings=list(prepared.report.warnings) + list(prepared.report.unknown_shapes),
-        progress=report,
-        user_nodes=prepared.user_nodes,
-    )
+    with collector_paused():  # as in preparation: no cycles, millions of objects
+        analysis = analyze_graph(
+            prepared.graph,
+            prepared.header,
+            warnings=list(prepared.report.warnings) + list(prepared.report.unknown_shapes),
+            progress=report,
+            user_nodes=prepared.user_nodes,
+        )
     analysis.preparation = prepared.to_dict()
     analysis.analysis_s = round(time.perf_counter() - started + prepared.report.seconds, 4)
     return analysis

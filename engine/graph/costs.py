@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.graph.ir import Graph, Node
+from engine.graph.shapes import format_shape
 
 Shape = tuple[int, ...]
 Work = tuple[int, int]
@@ -78,40 +79,70 @@ def register(*op_types: str, domain: str = "") -> Callable[[CostFn], CostFn]:
 
 
 def cost_node(node: Node, graph: Graph) -> OpCost | None:
-    """Return the node's :class:`OpCost`, or ``None`` when it cannot be costed exactly."""
+    """Return the node's :class:`OpCost`, or ``None`` when it cannot be costed exactly
+    (:func:`why_not_costed` says why)."""
+    result = _cost(node, graph)
+    return result if isinstance(result, OpCost) else None
+
+
+def why_not_costed(node: Node, graph: Graph) -> str | None:
+    """Why :func:`cost_node` returns ``None`` for this node (naming the tensor whose size
+    is unknown, or the op without a cost function); ``None`` when it is costed."""
+    result = _cost(node, graph)
+    return None if isinstance(result, OpCost) else result
+
+
+def _cost(node: Node, graph: Graph) -> OpCost | str:
+    """The node's cost, or the reason it has none. A size that is unknown never counts
+    as zero: it leaves the whole node uncosted."""
     domain = "" if node.domain == "ai.onnx" else node.domain
     fn = COST_FUNCTIONS.get((domain, node.op_type))
     if fn is None:
-        return None
+        where = f" of domain '{domain}'" if domain else ""
+        return f"no cost function for {node.op_type}{where}"
     tensors = graph.tensors
     inputs = []
-    for name in node.inputs:
-        shape = tensors[name].static_shape if name else None
-        if name and shape is None:
-            return None
+    params = bytes_read = 0
+    for i, name in enumerate(node.inputs):
+        if not name:
+            inputs.append(None)
+            continue
+        tensor = tensors[name]
+        shape = tensor.static_shape
+        if shape is None:
+            return f"the shape of input '{name}' is unknown ({_shape_text(tensor.shape)})"
         inputs.append(shape)
+        if tensor.bytes is None:
+            return f"the size of input '{name}' is unknown (element type {tensor.dtype})"
+        if node.inputs.index(name) == i:  # a tensor read twice is read once
+            bytes_read += tensor.bytes
+            if tensor.is_param:
+                params += tensor.elements
     outputs = []
+    bytes_written = 0
     for name in node.outputs:
-        tensor = tensors[name] if name else None
-        shape = tensor.static_shape if tensor else None
-        # An unused optional output (Dropout's mask) may stay uninferred: it is not written.
-        if tensor is not None and shape is None and (tensor.consumers or name in graph.outputs):
-            return None
+        if not name:
+            outputs.append(None)
+            continue
+        tensor = tensors[name]
+        shape = tensor.static_shape
+        if shape is None:
+            # An optional output nobody reads (Dropout's mask) may stay uninferred.
+            if tensor.consumers or name in graph.outputs:
+                return f"the shape of output '{name}' is unknown ({_shape_text(tensor.shape)})"
+        elif tensor.bytes is None:
+            return f"the size of output '{name}' is unknown (element type {tensor.dtype})"
+        else:
+            bytes_written += tensor.bytes
         outputs.append(shape)
     work = fn(OpShapes(tuple(inputs), tuple(outputs), node.attributes))
     if work is None:
-        return None
-    params = bytes_read = bytes_written = 0
-    for name in dict.fromkeys(node.inputs):
-        if name:
-            tensor = tensors[name]
-            bytes_read += tensor.bytes or 0
-            if tensor.is_param:
-                params += tensor.elements or 0
-    for name in node.outputs:
-        if name:
-            bytes_written += tensors[name].bytes or 0
+        return f"the {node.op_type} cost function does not apply to these shapes or attributes"
     return OpCost(work[0], work[1], params, bytes_read, bytes_written)
+
+
+def _shape_text(shape: tuple | None) -> str:
+    return "rank unknown" if shape is None else format_shape(shape)
 
 
 def _with_bias(macs: int, bias: Shape | None, out_elements: int) -> Work:

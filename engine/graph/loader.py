@@ -10,6 +10,7 @@ import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import onnx
@@ -122,8 +123,13 @@ def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     list weights that ConstantOfShape nodes produce; neither is fed by the caller.
     """
     graph = model.graph
-    hidden = {i.name for i in graph.initializer} | {o for n in graph.node for o in n.output}
-    return [v for v in graph.input if v.name not in hidden]
+    initializers = {i.name for i in graph.initializer}
+    fed = [v for v in graph.input if v.name not in initializers]
+    if not fed:
+        return fed
+    # A slice of each node's outputs is one call; iterating them is one per name.
+    produced = set(chain.from_iterable(node.output[:] for node in graph.node))
+    return [v for v in fed if v.name not in produced]
 
 
 def read_model_file(path: str | os.PathLike, max_bytes: int | None = None) -> bytes:
@@ -232,7 +238,10 @@ def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
         yield sparse.values
         yield sparse.indices
     for node in graph.node:
-        for attr in node.attribute:
+        attributes = node.attribute
+        if not attributes:  # most nodes: skips creating an iterator
+            continue
+        for attr in attributes:
             if attr.HasField("t"):
                 yield attr.t
             yield from attr.tensors

@@ -216,18 +216,21 @@ def explain_unknown_shapes(graph: Graph) -> list[str]:
                 f"input '{name}' has shape {format_shape(tensor.shape)}: set its dimensions "
                 f"(input shapes, e.g. --shape {name}=...) to cost the nodes that depend on it"
             )
+    outputs = set(graph.outputs)
     roots = []
     for node in graph.nodes:
-        unknown = [
-            o
-            for o in node.outputs
-            if o
-            and tensors[o].static_shape is None
-            and (tensors[o].consumers or o in graph.outputs)
-        ]
-        if unknown and all(tensors[i].static_shape is not None for i in node.inputs if i):
+        unknown = None  # the node's first used output of unknown shape
+        for name in node.outputs:
+            if name:
+                tensor = tensors[name]
+                if tensor.static_shape is None and (tensor.consumers or name in outputs):
+                    unknown = name
+                    break
+        if unknown is not None and all(
+            tensors[i].static_shape is not None for i in node.inputs if i
+        ):
             roots.append(
-                f"shape of '{unknown[0]}' (output of {node.op_type} '{node.name}') is unknown: "
+                f"shape of '{unknown}' (output of {node.op_type} '{node.name}') is unknown: "
                 f"{_why_unknown(node, graph)}"
             )
     if len(roots) > _MAX_EXPLAINED:

@@ -28,10 +28,11 @@ fills, folded shape arithmetic) join the stage, block and chain of their first c
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from engine.graph.ir import Graph, Node
+from engine.graph.ir import Graph, Node, collector_paused
 
 KEY_OPS = frozenset({"MaxPool", "Concat"})
 """hsa_cnn_partition's key operators: they end repeated blocks or join branches."""
@@ -122,10 +123,11 @@ class GraphStructure:
 
 def detect_structure(graph: Graph, key_ops: Collection[str] = KEY_OPS) -> GraphStructure:
     """Find the stages, key-op blocks and chains of a graph (see the module docstring)."""
-    view = _View(graph)
-    return GraphStructure(
-        stages=_stages(view), blocks=_blocks(view, frozenset(key_ops)), chains=_chains(view)
-    )
+    with collector_paused():
+        view = _View(graph)
+        return GraphStructure(
+            stages=_stages(view), blocks=_blocks(view, frozenset(key_ops)), chains=_chains(view)
+        )
 
 
 class _View:
@@ -134,105 +136,140 @@ class _View:
     def __init__(self, graph: Graph):
         self.graph = graph
         self.nodes = nodes = graph.nodes
+        self.names = [node.name for node in nodes]
         count = len(nodes)
-        producer = {out: i for i, node in enumerate(nodes) for out in node.outputs if out}
+        self.producer = producer = {
+            out: i for i, node in enumerate(nodes) for out in node.outputs if out
+        }
         inputs = set(graph.inputs)
         self.reads: list[list[str]] = []  # distinct activation tensors each node reads
         self.sources: list[list[int]] = []  # distinct non-constant producers of those
+        # Non-constant consumers of each node: how many, and the first one.
+        self.consumer_count = consumer_count = [0] * count
+        self.first_consumer = first_consumer = [-1] * count
         self.constant = constant = [False] * count
-        self.consumers: list[list[int]] = [[] for _ in range(count)]
-        users: list[list[int]] = [[] for _ in range(count)]  # every consumer, constant or not
+        users: dict[int, list[int]] = {}  # every consumer of a constant node
+        add_reads, add_sources = self.reads.append, self.sources.append
         for i, node in enumerate(nodes):
+            names = node.inputs
+            if node.implicit_inputs:
+                names = dict.fromkeys((*names, *node.implicit_inputs))
+            elif len(names) > 1:
+                names = dict.fromkeys(names)
             reads: list[str] = []
             sources: list[int] = []
-            for name in dict.fromkeys((*node.inputs, *node.implicit_inputs)):
+            for name in names:
                 p = producer.get(name)
-                if p is not None:
-                    users[p].append(i)
-                    if not constant[p]:
+                if p is None:
+                    if name in inputs:
                         reads.append(name)
-                        if p not in sources:
-                            sources.append(p)
-                            self.consumers[p].append(i)
-                elif name in inputs:
+                elif constant[p]:
+                    users.setdefault(p, []).append(i)
+                else:
                     reads.append(name)
+                    if p not in sources:
+                        sources.append(p)
+                        if not consumer_count[p]:
+                            first_consumer[p] = i
+                        consumer_count[p] += 1
             constant[i] = not reads
-            self.reads.append(reads)
-            self.sources.append(sources)
+            add_reads(reads)
+            add_sources(sources)
         self.home = home = list(range(count))
-        for i in reversed(range(count)):
-            if constant[i] and users[i]:
-                home[i] = min(home[c] for c in users[i])
+        for i in sorted(users, reverse=True):
+            home[i] = min(home[c] for c in users[i])
         self.main = [i for i in range(count) if home[i] == i]
 
     def grouped(self, group_of: list[int], groups: int) -> list[list[str]]:
         """Node names per group, constants placed with their home node, in order."""
         members: list[list[str]] = [[] for _ in range(groups)]
-        for i, node in enumerate(self.nodes):
-            members[group_of[self.home[i]]].append(node.name)
+        for name, home in zip(self.names, self.home, strict=True):
+            members[group_of[home]].append(name)
         return members
 
 
 def _stages(view: _View) -> list[Stage]:
     tensors = view.graph.tensors
-    spatial: dict[str, tuple[int, ...]] = {}
+    # The number of spatial axes of each spatial tensor.
+    spatial: dict[str, int] = {}
     for name in view.graph.inputs:
         shape = tensors[name].static_shape
         if shape is not None and len(shape) in (4, 5) and tensors[name].dtype.startswith("float"):
-            spatial[name] = shape[2:]
+            spatial[name] = len(shape) - 2
     resolutions: list[tuple[int, ...] | None] = [None]
-    stage_of = [0] * len(view.nodes)
+    at_resolution: dict[tuple[int, ...], list[int]] = {}  # stage indices, ascending
+    nodes, reads, all_sources = view.nodes, view.reads, view.sources
+    stage_of = [0] * len(nodes)
     for i in view.main:
-        node = view.nodes[i]
-        start = max((stage_of[p] for p in view.sources[i]), default=0)
-        resolution = _spatial_output(node, view.reads[i], spatial, tensors)
+        sources = all_sources[i]
+        if not sources:
+            start = 0
+        elif len(sources) == 1:
+            start = stage_of[sources[0]]
+        else:
+            start = max(stage_of[p] for p in sources)
+        node = nodes[i]
+        resolution = None
+        if node.op_type in SPATIAL_OPS:
+            resolution = _spatial_output(node, reads[i], spatial, tensors)
         stage = start
         if resolution is not None and resolutions[start] is None:
             resolutions[start] = resolution
+            insort(at_resolution.setdefault(resolution, []), start)
         elif resolution is not None and resolution != resolutions[start]:
-            later = [k for k in range(start + 1, len(resolutions)) if resolutions[k] == resolution]
-            if later:
-                stage = later[0]
+            # the first later stage already at this resolution, else a new one
+            same = at_resolution.setdefault(resolution, [])
+            k = bisect_right(same, start)
+            if k < len(same):
+                stage = same[k]
             else:
                 stage = len(resolutions)
                 resolutions.append(resolution)
+                same.append(stage)
         stage_of[i] = stage
     members = view.grouped(stage_of, len(resolutions))
     return [Stage(k, resolutions[k], members[k]) for k in range(len(resolutions))]
 
 
-def _spatial_output(node: Node, reads: list[str], spatial: dict, tensors) -> tuple | None:
-    """The resolution of the node's output if it stays spatial (marking its outputs)."""
-    if node.op_type not in SPATIAL_OPS or not node.outputs or not node.outputs[0]:
+def _spatial_output(node: Node, reads: list[str], spatial: dict[str, int], tensors) -> tuple | None:
+    """The resolution of a spatial op's output if it stays spatial (marking its outputs)."""
+    outputs = node.outputs
+    if not outputs or not outputs[0]:
         return None
-    out = tensors[node.outputs[0]].static_shape
+    out = tensors[outputs[0]].static_shape
     if out is None or len(out) < 3:
         return None
-    resolution = out[2:]
-    if not any(len(spatial.get(t, ())) == len(resolution) for t in reads):
+    axes = len(out) - 2
+    for name in reads:
+        if spatial.get(name) == axes:
+            break
+    else:
         return None
-    for name in node.outputs:
+    for name in outputs:
         shape = tensors[name].static_shape if name else None
         if shape is not None and len(shape) == len(out):
-            spatial[name] = shape[2:]
-    return resolution
+            spatial[name] = axes
+    return out[2:]
 
 
 def _blocks(view: _View, key_ops: frozenset[str]) -> list[Block]:
     graph = view.graph
     end = len(view.nodes)
     last_use: dict[str, int] = {name: end for name in graph.outputs}
-    for i in view.main:
+    for i in view.main:  # ascending: a later read replaces an earlier one
         for name in view.reads[i]:
-            last_use[name] = max(last_use.get(name, -1), i)
+            if last_use.get(name) != end:
+                last_use[name] = i
     live = sum(1 for name in graph.inputs if name in last_use)
     block_of = [0] * end
     ends: list[str | None] = []
     block = 0
+    last = view.main[-1] if view.main else -1
+    nodes, reads = view.nodes, view.reads
     for i in view.main:
-        node = view.nodes[i]
+        node = nodes[i]
         block_of[i] = block
-        for name in view.reads[i]:
+        for name in reads[i]:
             if last_use[name] == i:
                 live -= 1
         outputs = 0
@@ -240,7 +277,7 @@ def _blocks(view: _View, key_ops: frozenset[str]) -> list[Block]:
             if last_use.get(name, -1) > i:
                 outputs += 1
         live += outputs
-        if node.op_type in key_ops and live == outputs and i != view.main[-1]:
+        if live == outputs and node.op_type in key_ops and i != last:
             ends.append(node.name)
             block += 1
     ends.append(None)
@@ -261,27 +298,31 @@ def _branches(
             i = parent[i]
         return i
 
-    closing = {k: -1 for k in range(blocks)}
+    closing = [-1] * blocks
     for i in view.main:
         closing[block_of[i]] = i
+    # a block's closing key op joins its branches and is left out of them
+    closer = [c >= 0 and view.nodes[c].op_type in key_ops for c in closing]
     for i in view.main:
-        if i == closing[block_of[i]] and view.nodes[i].op_type in key_ops:
+        block = block_of[i]
+        if closer[block] and i == closing[block]:
             continue
         for p in view.sources[i]:
-            if block_of[p] == block_of[i]:
+            if block_of[p] == block:
                 parent[find(p)] = find(i)
     components: list[dict[int, list[str]]] = [{} for _ in range(blocks)]
-    for i, node in enumerate(view.nodes):
-        home = view.home[i]
-        if home == closing[block_of[home]] and view.nodes[home].op_type in key_ops:
+    for name, home in zip(view.names, view.home, strict=True):
+        block = block_of[home]
+        if closer[block] and home == closing[block]:
             continue
-        components[block_of[home]].setdefault(find(home), []).append(node.name)
+        components[block].setdefault(find(home), []).append(name)
     return [list(c.values()) if len(c) > 1 else [] for c in components]
 
 
 def _chains(view: _View) -> list[Chain]:
     tensors = view.graph.tensors
-    outputs = set(view.graph.outputs)
+    # nodes writing a graph output end their chain
+    exits = {view.producer[o] for o in view.graph.outputs if o in view.producer}
     chain_of = [0] * len(view.nodes)
     anchors: list[int | None] = []
     last: list[int] = []
@@ -294,8 +335,9 @@ def _chains(view: _View) -> list[Chain]:
         previous = sources[0] if len(sources) == 1 and len(view.reads[i]) == 1 else None
         if (
             previous is not None
-            and view.consumers[previous] == [i]
-            and not outputs.intersection(view.nodes[previous].outputs)
+            and view.consumer_count[previous] == 1
+            and view.first_consumer[previous] == i
+            and previous not in exits
             and not (weighted and anchors[chain_of[previous]] is not None)
         ):
             chain = chain_of[previous]
@@ -309,6 +351,6 @@ def _chains(view: _View) -> list[Chain]:
             anchors[chain] = i
     members = view.grouped(chain_of, len(anchors))
     return [
-        Chain(k, view.nodes[anchors[k] if anchors[k] is not None else last[k]].name, members[k])
+        Chain(k, view.names[anchors[k] if anchors[k] is not None else last[k]], members[k])
         for k in range(len(anchors))
     ]

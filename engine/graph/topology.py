@@ -9,23 +9,38 @@ keeps its order exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import onnx
 
 from engine.errors import InvalidModelError
 
 _MAX_NAMED = 8
+_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
-def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+class Named(Protocol):
+    """What naming needs of a node: an ``onnx.NodeProto`` or an IR node."""
+
+    name: str
+    op_type: str
+
+
+def unique_node_names(nodes: Sequence[Named]) -> list[str]:
     """Return one unique name per node, keeping given names where they are unique."""
-    taken = {n.name for n in nodes if n.name}
+    given = [n.name for n in nodes]
+    taken = set(given)
+    if len(taken) == len(given) and "" not in taken:
+        return given  # the usual case: every node named, no name twice
+    taken.discard("")
     seen: set[str] = set()
     names = []
-    for i, node in enumerate(nodes):
-        name = node.name or f"{node.op_type}_{i}"
-        if name in seen or (not node.name and name in taken):
+    for i, name in enumerate(given):
+        unnamed = not name
+        if unnamed:
+            name = f"{nodes[i].op_type}_{i}"
+        if name in seen or (unnamed and name in taken):
             base, k = name, 1
             while f"{base}_{k}" in taken or f"{base}_{k}" in seen:
                 k += 1
@@ -63,12 +78,18 @@ def outer_scope_inputs(node: onnx.NodeProto) -> set[str]:
     return outer
 
 
+def has_subgraphs(node: onnx.NodeProto) -> bool:
+    """True when a node holds control-flow subgraphs (If, Loop, Scan)."""
+    attributes = node.attribute
+    return bool(attributes) and any(a.type in _GRAPH_TYPES for a in attributes)
+
+
 def node_dependencies(node: onnx.NodeProto) -> list[str]:
     """Explicit inputs (optional ones omitted) followed by implicit subgraph inputs."""
-    explicit = [name for name in node.input if name]
-    if not any(
-        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
-    ):
+    explicit = node.input[:]
+    if "" in explicit:
+        explicit = [name for name in explicit if name]
+    if not has_subgraphs(node):
         return explicit
     return explicit + sorted(outer_scope_inputs(node) - set(explicit))
 
@@ -84,34 +105,68 @@ def topological_order(
     initializers). Raises :class:`InvalidModelError` naming the node and tensor when an
     input is never defined, or naming the nodes of a cycle.
     """
-    names = names if names is not None else unique_node_names(nodes)
+    return _proto_order(nodes, [node.output[:] for node in nodes], defined, names)
+
+
+def _proto_order(
+    nodes: Sequence[onnx.NodeProto],
+    outputs: Sequence[Sequence[str]],
+    defined: Iterable[str],
+    names: Sequence[str] | None,
+) -> list[int]:
+    def describe(i: int) -> tuple[str, str]:
+        nonlocal names
+        if names is None:  # only an error needs the names
+            names = unique_node_names(nodes)
+        return names[i], nodes[i].op_type
+
+    dependencies = [node_dependencies(node) for node in nodes]
+    return execution_order(dependencies, outputs, defined, describe)
+
+
+def execution_order(
+    dependencies: Sequence[Sequence[str]],
+    outputs: Sequence[Sequence[str]],
+    defined: Iterable[str],
+    describe: Callable[[int], tuple[str, str]],
+) -> list[int]:
+    """:func:`topological_order` on plain lists: each node's dependencies and outputs.
+
+    ``describe(i)`` gives node ``i``'s unique name and op type for error messages. A
+    graph already in execution order is recognized in one pass and kept as it is.
+    """
     available = set(defined)
+    if _in_order(dependencies, outputs, available):
+        return list(range(len(dependencies)))
+
     producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for out in node.output:
+    for i, outs in enumerate(outputs):
+        for out in outs:
             if not out:
                 continue
             if out in producer:
-                other = names[producer[out]]
+                other = describe(producer[out])[0]
                 raise InvalidModelError(
-                    f"tensor '{out}' is produced by two nodes: '{other}' and '{names[i]}'"
+                    f"tensor '{out}' is produced by two nodes: '{other}' and '{describe(i)[0]}'"
                 )
             producer[out] = i
-
-    successors: list[list[int]] = [[] for _ in nodes]
-    predecessors: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        for name in node_dependencies(node):
-            if name in producer:
-                p = producer[name]
-                successors[p].append(i)
-                predecessors[i].append(p)
-            elif name not in available:
+    for i, names in enumerate(dependencies):
+        for name in names:
+            if name not in producer and name not in available:
+                node, op_type = describe(i)
                 raise InvalidModelError(
-                    f"node '{names[i]}' ({node.op_type}) reads tensor '{name}', which no node "
+                    f"node '{node}' ({op_type}) reads tensor '{name}', which no node "
                     "produces and which is neither a graph input nor an initializer"
                 )
 
+    successors: list[list[int]] = [[] for _ in dependencies]
+    predecessors: list[list[int]] = [[] for _ in dependencies]
+    for i, names in enumerate(dependencies):
+        for name in names:
+            p = producer.get(name)
+            if p is not None:
+                successors[p].append(i)
+                predecessors[i].append(p)
     indegree = [len(p) for p in predecessors]
     ready = [i for i, d in enumerate(indegree) if d == 0]
     heapq.heapify(ready)
@@ -123,12 +178,31 @@ def topological_order(
             indegree[s] -= 1
             if indegree[s] == 0:
                 heapq.heappush(ready, s)
-    if len(order) < len(nodes):
+    if len(order) < len(dependencies):
         cycle = _find_cycle(indegree, predecessors)
-        shown = " -> ".join(names[i] for i in cycle[:_MAX_NAMED])
+        shown = " -> ".join(describe(i)[0] for i in cycle[:_MAX_NAMED])
         more = f" (and {len(cycle) - _MAX_NAMED} more)" if len(cycle) > _MAX_NAMED else ""
         raise InvalidModelError(f"the graph has a cycle through nodes {shown}{more}")
     return order
+
+
+def _in_order(
+    dependencies: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]], defined: set[str]
+) -> bool:
+    """True when each node reads only tensors defined up front or produced by an earlier
+    node, and no tensor is produced twice or both produced and defined up front: then
+    Kahn's algorithm would keep the file order, and it needs no edges."""
+    produced: set[str] = set()
+    for names, outs in zip(dependencies, outputs, strict=True):
+        for name in names:
+            if name not in produced and name not in defined:
+                return False
+        for out in outs:
+            if out:
+                if out in produced:
+                    return False
+                produced.add(out)
+    return defined.isdisjoint(produced)
 
 
 def _find_cycle(indegree: list[int], predecessors: list[list[int]]) -> list[int]:
@@ -150,12 +224,14 @@ def _find_cycle(indegree: list[int], predecessors: list[list[int]]) -> list[int]
 def sorted_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
     """Return ``(model, False)`` if its nodes are in execution order, else a sorted copy."""
     graph = model.graph
+    nodes = graph.node
+    outputs = [node.output[:] for node in nodes]
     defined = [i.name for i in graph.input] + [i.name for i in graph.initializer]
     defined += [i.values.name for i in graph.sparse_initializer]
     # A graph input that a node also produces (the light models' weights) is not defined
     # up front: the producing node defines it.
-    produced = {o for n in graph.node for o in n.output}
-    order = topological_order(graph.node, [d for d in defined if d not in produced])
+    produced = {o for outs in outputs for o in outs}
+    order = _proto_order(nodes, outputs, [d for d in defined if d not in produced], None)
     if order == list(range(len(order))):
         return model, False
     copy = onnx.ModelProto()

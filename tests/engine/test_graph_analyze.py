@@ -28,6 +28,7 @@ TOP_KEYS = {
     "analysis_s",
     "structure",
     "simplification",
+    "preparation",
 }
 NODE_KEYS = {
     "name",

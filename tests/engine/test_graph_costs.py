@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from onnx import helper
-from onnx_builders import build, weight
+from onnx import TensorProto, helper
+from onnx_builders import build, value, weight
 
 from engine.graph import analyze_model
+from engine.graph.costs import cost_node, why_not_costed
 
 
 def single(model):
@@ -135,3 +136,70 @@ def test_custom_op_and_unknown_shapes_are_not_costed_never_guessed():
     assert analysis.flops == 0
     assert [n["costed"] for n in analysis.to_dict()["node_list"]] == [False, False]
     assert "2 nodes not costed (op types: Mystery, Relu)" in analysis.warnings
+
+
+def _graph_and_nodes(model):
+    analysis = analyze_model(model)
+    return analysis, analysis.graph, {n.name: n for n in analysis.graph.nodes}
+
+
+def test_a_tensor_of_unknown_size_leaves_its_node_uncosted_and_named():
+    # Strings have a known shape but no size in bytes: counting them as 0 bytes would
+    # make the node's figures look known.
+    nodes = [
+        helper.make_node("Identity", ["text"], ["copy"], name="copy"),
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+    ]
+    model = build(
+        nodes,
+        [value("text", [2], TensorProto.STRING), ("x", [2])],
+        [value("copy", [2], TensorProto.STRING), ("y", [2])],
+    )
+    analysis, graph, by_name = _graph_and_nodes(model)
+    assert analysis.not_costed == ["copy"]
+    assert cost_node(by_name["copy"], graph) is None
+    assert why_not_costed(by_name["copy"], graph) == (
+        "the size of input 'text' is unknown (element type string)"
+    )
+    assert why_not_costed(by_name["relu"], graph) is None
+    assert cost_node(by_name["relu"], graph).bytes_read == 8
+
+
+def test_why_not_costed_names_the_tensor_of_unknown_shape_and_the_missing_cost():
+    nodes = [
+        helper.make_node("Mystery", ["x"], ["m"], name="mystery", domain="com.microsoft"),
+        helper.make_node("Relu", ["m"], ["y"], name="after"),
+        # without num_heads the contrib Attention's work is unknown
+        helper.make_node("Attention", ["a", "w"], ["z"], name="attn", domain="com.microsoft"),
+    ]
+    model = build(
+        nodes,
+        [("x", [1, 4]), ("a", [1, 8, 16])],
+        [("y", [1, 4]), ("z", [1, 8, 16])],
+        [weight("w", (16, 48))],
+        domains=["com.microsoft"],
+    )
+    analysis, graph, by_name = _graph_and_nodes(model)
+    assert analysis.not_costed == ["mystery", "after", "attn"]
+    assert why_not_costed(by_name["mystery"], graph) == (
+        "no cost function for Mystery of domain 'com.microsoft'"
+    )
+    assert why_not_costed(by_name["after"], graph) == (
+        "the shape of input 'm' is unknown (rank unknown)"
+    )
+    assert why_not_costed(by_name["attn"], graph) == (
+        "the Attention cost function does not apply to these shapes or attributes"
+    )
+
+
+def test_an_unknown_output_that_is_read_leaves_its_node_uncosted():
+    nodes = [
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Relu", ["r"], ["y"], name="relu"),
+    ]
+    model = build(nodes, [("x", [2, 3]), value("target", [2], TensorProto.INT64)], [("y", None)])
+    analysis, graph, by_name = _graph_and_nodes(model)
+    assert analysis.not_costed == ["reshape", "relu"]
+    assert why_not_costed(by_name["reshape"], graph).startswith(
+        "the shape of output 'r' is unknown ("
+    )

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import gc
+import heapq
+import random
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import build, weight
+from onnx_builders import LIGHT_MODELS, analysis_of, build, weight
 
 from engine.errors import InvalidModelError
 from engine.graph import analyze_model, read_header
+from engine.graph.ir import Tensor, build_graph, collector_paused
+from engine.graph.topology import execution_order
 
 
 def test_unsorted_nodes_are_analyzed_in_topological_order(save):
@@ -134,3 +140,125 @@ def test_params_counted_once_and_shape_constants_are_not_params():
     assert analysis.not_costed == []
     # non-param produced tensors: a, b, c, y (float32, 8 each) + target (int64, 3)
     assert analysis.activation_bytes == 4 * 4 * 8 + 3 * 8
+
+
+def _kahn_by_file_position(dependencies, outputs, defined):
+    """The order as first specified: Kahn's algorithm, ready nodes by file position."""
+    producer = {out: i for i, outs in enumerate(outputs) for out in outs if out}
+    successors = [[] for _ in dependencies]
+    indegree = [0] * len(dependencies)
+    for i, names in enumerate(dependencies):
+        for name in names:
+            if name in producer:
+                successors[producer[name]].append(i)
+                indegree[i] += 1
+            else:
+                assert name in defined
+    ready = [i for i, d in enumerate(indegree) if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for s in successors[i]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(ready, s)
+    return order
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_execution_order_is_kahns_order_on_random_graphs(seed):
+    rng = random.Random(seed)
+    count = rng.randint(1, 60)
+    # node k reads graph inputs and outputs of nodes before it in some valid order
+    dependencies, outputs = [], []
+    for k in range(count):
+        pool = ["in0", "in1"] + [f"t{j}" for j in range(k)]
+        dependencies.append(rng.sample(pool, rng.randint(1, min(3, len(pool)))))
+        outputs.append([f"t{k}"])
+    file_order = list(range(count))
+    if seed % 2:  # half of the graphs are stored out of order
+        rng.shuffle(file_order)
+    deps = [dependencies[k] for k in file_order]
+    outs = [outputs[k] for k in file_order]
+    expected = _kahn_by_file_position(deps, outs, {"in0", "in1"})
+    order = execution_order(deps, outs, ["in0", "in1"], lambda i: (f"n{i}", "Op"))
+    assert order == expected
+    if seed % 2 == 0:
+        assert order == list(range(count))
+
+
+def test_a_tensor_both_defined_and_produced_waits_for_its_producer():
+    # "w" is an initializer and also the output of the second node: as before, the
+    # producer is what the reader waits for.
+    order = execution_order([["w"], ["x"]], [["y"], ["w"]], ["x", "w"], lambda i: (f"n{i}", "Op"))
+    assert order == [1, 0]
+
+
+def test_every_built_tensor_equals_one_built_by_its_constructor():
+    graph = analysis_of(LIGHT_MODELS[0]).graph
+    consumers = set()
+    for tensor in graph.tensors.values():
+        fresh = Tensor(
+            tensor.name,
+            tensor.shape,
+            tensor.dtype,
+            tensor.bytes,
+            tensor.is_param,
+            tensor.producer,
+            list(tensor.consumers),
+        )
+        assert vars(tensor) == vars(fresh)
+        consumers.add(id(tensor.consumers))
+    assert len(consumers) == len(graph.tensors)  # tensors of one type share no list
+
+
+def test_attribute_values_are_plain_python():
+    small = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "small")
+    node = helper.make_node(
+        "Custom",
+        ["x"],
+        ["y"],
+        name="custom",
+        domain="example",
+        count=3,
+        ratio=0.1,
+        sizes=[1, 2],
+        scales=[0.5, 0.25],
+        mode="linear",
+        names=["a", "b"],
+        value=small,
+    )
+    model = build([node], [("x", [2])], [("y", [2])], domains=["example"])
+    (built,) = build_graph(model).nodes
+    assert built.attributes == {
+        "count": 3,
+        "ratio": np.float32(0.1).item(),
+        "sizes": [1, 2],
+        "scales": [0.5, 0.25],
+        "mode": "linear",
+        "names": ["a", "b"],
+        "value": {"dtype": "float32", "shape": [2], "value": [1.0, 2.0]},
+    }
+    assert built.implicit_inputs == []
+
+
+def test_collector_paused_restores_the_collectors_state():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx_builders import LIGHT_DIR, LIGHT_MODELS, analysis_of, build, weight
 
 from engine.graph import analyze_model
@@ -63,6 +64,33 @@ def test_parallel_stride_2_branches_share_one_stage():
     assert [s.resolution for s in stages] == [(112, 112), (56, 56), (28, 28)]
     assert {"conv3_0_grouped", "conv3_0_shortcut", "conv3_0_add"} <= set(stages[2].nodes)
     assert "conv3_0_reduce" in stages[1].nodes  # the 1x1 before the strided conv
+
+
+def test_a_resolution_seen_twice_joins_the_first_later_stage_at_it():
+    # 16 -> 8 -> 16 (upsampled) -> 8: two stages at 8x8. The skip branch leaving the
+    # first stage joins the first later 8x8 stage, the closing Add the last one.
+    (c1, w1), (d1, w2), (d2, w3), (skip, w4) = (
+        conv("c1", "x", "a", 1, 4),
+        conv("d1", "a", "b", 4, 4, stride=2),
+        conv("d2", "u", "c", 4, 4, stride=2),
+        conv("skip", "a", "s", 4, 4, stride=2),
+    )
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    up = helper.make_node("Resize", ["b", "", "scales"], ["u"], name="up")
+    add = helper.make_node("Add", ["c", "s"], ["y"], name="add")
+    model = build(
+        [c1, d1, up, d2, skip, add],
+        [("x", [1, 1, 16, 16])],
+        [("y", [1, 4, 8, 8])],
+        [w1, w2, w3, w4, scales],
+    )
+    stages = structure(model).stages
+    assert [(s.resolution, s.nodes) for s in stages] == [
+        ((16, 16), ["c1"]),
+        ((8, 8), ["d1", "skip"]),
+        ((16, 16), ["up"]),
+        ((8, 8), ["d2", "add"]),
+    ]
 
 
 def test_transformers_have_one_stage():
