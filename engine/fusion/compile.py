@@ -60,6 +60,9 @@ class CompileConfig:
     accuracy check wants that: it runs the build on its own inputs, which may be ones
     random values would not be valid for (indices, say). A segment whose build does not
     finish in ``build_timeout_s`` (TVM's compiler can hang) falls back to onnxruntime.
+    ``choose_backends`` (with ``measure``) moves every TVM segment onnxruntime runs faster
+    to onnxruntime and ships onnxruntime alone when the mix is not faster (see
+    ``backend_choice``); without it, every segment TVM builds stays on TVM.
     """
 
     out_dir: str
@@ -264,7 +267,8 @@ def compile_model(
         )
         clock.lap("measure")
         best_threads = (result["timing"] or {}).get("onnxruntime_threads")
-        if not mix_wins(result) and (fused or best_threads != (artifact_threads or spec.threads)):
+        ships_slower = fused or best_threads != (artifact_threads or spec.threads)
+        if config.choose_backends and ships_slower and not mix_wins(result):
             # onnxruntime alone was as fast: ship it, on its best thread setting.
             mix = result["timing"]
             artifact_threads = best_threads
@@ -276,6 +280,9 @@ def compile_model(
             for node in model.graph.node:
                 fallback.setdefault(node.name, reason)
             segments, fused, built = delegate.partition(model, set(fallback)), {}, {}
+            # the TVM kernels did not ship: the mix's time above says what they gave
+            kernels, fusion.boundaries = [], []
+            fusion.kernels = kernels
             shutil.rmtree(staging)
             staging.mkdir(parents=True)
             manifest(staging, built)

@@ -100,6 +100,7 @@ def profile_tvm_kernels(
                 input_shapes=dict(config.input_shapes),
                 timing_window_s=0.5,
                 kernel_timing_runs=1,
+                choose_backends=False,  # the TVM build's kernels, not onnxruntime's
             ),
             progress=lambda f, m: report(0.7 * f, f"TVM build: {m}"),
         )

@@ -1,6 +1,7 @@
 """Each segment on the backend that measured faster; never a mix slower than onnxruntime
 alone. The per-segment times are set here (the measurement itself is the timing module's);
-the whole-model check runs for real, in fresh processes."""
+the whole-model check runs for real, in fresh processes, except where a test sets its
+figures to make the mix win or lose."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ from test_fusion_compile import FAST, conv_relu_conv
 
 from engine.fusion import CompileConfig, compile_model, delegate
 from engine.fusion.backend_choice import SegmentChoice, moved_to_onnxruntime, same_tvm_segments
-from engine.fusion.standalone import CompiledModel
+from engine.fusion.fair_timing import FairTiming
+from engine.fusion.standalone import MANIFEST, CompiledModel
 
 CHOOSING = {**FAST, "choose_backends": True}
 
 
-def timed(monkeypatch, tvm_ms: float, onnxruntime_ms: float) -> None:
-    """Each segment's TVM run takes ``tvm_ms``, its onnxruntime run ``onnxruntime_ms``
-    (the runs still happen, once each)."""
-    medians = iter([tvm_ms, onnxruntime_ms] * 10)
+def timed(monkeypatch, *segments: tuple[float, float]) -> None:
+    """The i-th TVM segment's TVM run takes ``segments[i][0]`` ms, its onnxruntime run
+    ``segments[i][1]`` (the runs still happen, once each)."""
+    medians = iter([ms for pair in segments for ms in pair])
 
     def time_calls(run, config):
         run()
@@ -28,10 +30,29 @@ def timed(monkeypatch, tvm_ms: float, onnxruntime_ms: float) -> None:
     monkeypatch.setattr("engine.fusion.backend_choice.time_calls", time_calls)
 
 
+def whole_model_timed(monkeypatch, mix_ms: float, onnxruntime_ms: float) -> None:
+    """The whole-model timing gives ``mix_ms`` to an artifact with TVM segments and
+    ``onnxruntime_ms`` to onnxruntime (alone, on one thread, or as the artifact)."""
+
+    def time_fairly(artifact_dir, *args, **kwargs):
+        manifest = json.loads((artifact_dir / MANIFEST).read_text())
+        on_tvm = any(s["backend"] == "tvm" for s in manifest["segments"])
+        memory = {"peak_rss_bytes": 1, "model_bytes": 1}
+        return FairTiming(
+            latency_ms=mix_ms if on_tvm else onnxruntime_ms,
+            onnxruntime_ms_by_threads={1: onnxruntime_ms},
+            rounds=1,
+            runs_per_round={"compiled": 5, "onnxruntime_1": 5},
+            peak_memory={"compiled": memory, "onnxruntime_1": memory},
+        )
+
+    monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
+
+
 def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why(
     save, tmp_path, monkeypatch
 ):
-    timed(monkeypatch, tvm_ms=10.0, onnxruntime_ms=1.0)  # everything moves
+    timed(monkeypatch, (10.0, 1.0))  # everything moves
     result = compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING))
     data = result.to_dict()
     assert data["backend"] == "onnxruntime" and data["tvm_nodes"] == 0
@@ -52,7 +73,7 @@ def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why
 
 
 def test_a_segment_tvm_runs_faster_stays(save, tmp_path, monkeypatch):
-    timed(monkeypatch, tvm_ms=1.0, onnxruntime_ms=10.0)
+    timed(monkeypatch, (1.0, 10.0))
     data = compile_model(
         save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
     ).to_dict()
@@ -66,6 +87,72 @@ def test_a_segment_tvm_runs_faster_stays(save, tmp_path, monkeypatch):
     else:
         assert data["backend"] == "tvm" and data["kernels"]
         assert data["latency_ms"] < data["onnxruntime_latency_ms"]
+
+
+def test_only_the_segment_onnxruntime_runs_faster_moves_and_its_reason_has_both_times(
+    save, tmp_path, monkeypatch
+):
+    # conv1 | mid (Celu: onnxruntime) | conv2 + relu2: conv1 moves, conv2 + relu2 stay.
+    timed(monkeypatch, (10.0, 1.0), (1.0, 10.0))
+    whole_model_timed(monkeypatch, mix_ms=1.0, onnxruntime_ms=2.0)  # the mix wins
+    data = compile_model(
+        save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert [(c["first_node"], c["backend"]) for c in data["backend_choice"]] == [
+        ("conv1", "onnxruntime"),
+        ("conv2", "tvm"),
+    ]
+    reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
+    assert reasons["conv1"] == (
+        "onnxruntime measured faster on this segment: TVM 10.000 ms, onnxruntime 1.000 ms "
+        "(1 thread, as inside a mix), medians on this worker"
+    )
+    assert set(reasons) == {"conv1", "mid"} and "no converter for Celu" in reasons["mid"]
+    # conv1 joined its onnxruntime neighbour; the artifact runs both backends.
+    assert data["backend"] == "mixed" and data["tvm_nodes"] == 2
+    assert [(s["backend"], s["nodes"]) for s in data["segments"]] == [
+        ("onnxruntime", 2),
+        ("tvm", 2),
+    ]
+    assert {n for k in data["kernels"] for n in k["nodes"]} == {"conv2", "relu2"}
+    manifest = json.loads((tmp_path / "c" / "artifact" / MANIFEST).read_text())
+    assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime", "tvm"]
+    assert data["outputs_match"] is True and "mix" not in data["timing"]
+
+
+def test_a_mix_not_faster_than_onnxruntime_alone_becomes_onnxruntime_alone(
+    save, tmp_path, monkeypatch
+):
+    timed(monkeypatch, (1.0, 10.0))  # the segment stays on TVM
+    whole_model_timed(monkeypatch, mix_ms=1.0, onnxruntime_ms=1.04)  # 4% faster: noise
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert data["backend"] == "onnxruntime" and data["tvm_nodes"] == 0
+    assert [s["backend"] for s in data["segments"]] == ["onnxruntime"]
+    assert data["kernels"] == [] and data["kernel_count"] == 0  # none shipped
+    reason = (
+        "the mix of TVM and onnxruntime (1.000 ms) was not faster than onnxruntime alone "
+        "(1.040 ms, 1 thread(s))"
+    )
+    assert [f["node"] for f in data["fallback_nodes"]] == ["conv1", "mid", "conv2", "relu2"]
+    assert {f["reason"] for f in data["fallback_nodes"]} == {reason}
+    # The mix's figures stay in the result; the shipped artifact is timed as shipped.
+    assert data["timing"]["mix"]["latency_ms"] == 1.0 and data["latency_ms"] == 1.04
+    artifact = tmp_path / "c" / "artifact"
+    manifest = json.loads((artifact / MANIFEST).read_text())
+    assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
+    assert not list(artifact.glob("*.so")) and data["outputs_match"] is True
+
+
+def test_without_the_choice_every_segment_tvm_builds_stays_on_tvm(save, tmp_path, monkeypatch):
+    whole_model_timed(monkeypatch, mix_ms=2.0, onnxruntime_ms=1.0)  # TVM loses, and stays
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **FAST)
+    ).to_dict()
+    assert data["backend"] == "tvm" and data["tvm_nodes"] == 4 and data["kernels"]
+    assert data["fallback_nodes"] == [] and data["backend_choice"] == []
+    assert "mix" not in data["timing"] and data["latency_ms"] == 2.0
 
 
 def test_moving_a_segment_keeps_the_builds_of_the_others(save):

@@ -227,12 +227,12 @@ def test_a_default_build_that_hangs_during_tuning_is_ended(save, tmp_path, monke
     the compile's time limit too (TVM's compiler can hang), and its kernels go untuned."""
     import time
 
-    from engine.fusion import build as build_module
+    from engine.fusion import tuning
 
     def hangs(*args, **kwargs):
         time.sleep(120)
 
-    monkeypatch.setattr(build_module, "build_segment", hangs)  # tuning's import of it only
+    monkeypatch.setattr(tuning, "build_segment", hangs)  # tuning's import of it only
     config = CompileConfig(
         str(tmp_path / "a"),
         tune_trials=SMALL,

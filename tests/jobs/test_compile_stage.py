@@ -34,12 +34,17 @@ def run_all(user, stages, options, enqueued, capture):
 def test_compile_stage_builds_explains_and_ships(
     user, enqueued, django_capture_on_commit_callbacks, client
 ):
-    run = run_all(
-        user, ["compile"], {"compile": {"threads": 1}}, enqueued, django_capture_on_commit_callbacks
-    )
+    # The TVM build as it ships and is explained: no measured backend choice (it may ship
+    # onnxruntime alone; tests/engine/test_fusion_backend_choice.py is about that).
+    options = {"compile": {"threads": 1, "choose_backends": False}}
+    run = run_all(user, ["compile"], options, enqueued, django_capture_on_commit_callbacks)
     result = run.stages.get(stage="compile").result
     assert result["outputs_match"] is True
     assert result["kernel_count"] > 0 and result["tvm_nodes"] > 0
+    # The option reached the engine: no segment was timed against onnxruntime.
+    on_tvm = {s["backend"] for s in result["segments"]} == {"tvm"}
+    assert result["backend"] == ("tvm" if on_tvm else "mixed")
+    assert result["backend_choice"] == []
     assert result["latency_ms"] > 0 and result["onnxruntime_latency_ms"] > 0
     assert result["fusion"]["kernel_count"] <= result["fusion"]["kernel_count_fuseops"]
     artifact = run.artifacts.get(stage="compile")
