@@ -39,7 +39,8 @@ def profile_then_cancel(page) -> None:
     without a reload (pushed over the websocket), then cancel it."""
     page.click("#run h1 a")  # the model's name links back to its page
     page.check("input[value=profile]")
-    page.fill("#id_profile_window_s", "300")
+    # The longest window the form accepts: the stage outlasts every wait below.
+    page.fill("#id_profile_window_s", "120")
     page.click("#run-form button[type=submit]")
     expect(page.locator("#live")).to_have_text("live", timeout=15_000)
     row = page.locator("tr[data-stage=profile]")

@@ -26,3 +26,11 @@ def test_the_card_shows_memory_bound_kernels_and_the_profile_warnings():
     assert f"Memory-bound kernels ({memory['memory_kernels']}," in html
     assert "block by block: 0.25, 0.25, 0.34 ms (36% apart" in html
     assert '<p class="warning">other processes competed for memory bandwidth' in html
+
+
+def test_a_tvm_build_without_kernels_says_so_instead_of_an_empty_table():
+    result = profile_nodes(SQUEEZENET, NodeProfileConfig(window_s=0.1, min_runs=3)).to_dict()
+    result["tvm_kernels"] = {"kernels": [], "fallback_nodes": ["conv1", "relu1"]}
+    html = page(result)
+    assert "The TVM build has no kernel to time (2 nodes run in onnxruntime" in html
+    assert 'data-table="tvm-kernels"' not in html

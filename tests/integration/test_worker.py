@@ -19,6 +19,10 @@ from workbench.uploads import store_model_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
+# The longest profile window the options allow: a stage that outlasts every wait below, so
+# a cancel that does not stop it, or a redelivered stage run again, keeps the worker busy.
+LONG_WINDOW_S = 120.0
+
 
 @pytest.fixture
 def model(user):
@@ -143,7 +147,7 @@ def test_websocket_refuses_another_users_run(start_worker, user, other_user, mod
 
 def test_cancel_stops_a_running_stage(start_worker, user, model):
     start_worker()
-    run = start_run(user, model, ["profile"], window_s=300)
+    run = start_run(user, model, ["profile"], window_s=LONG_WINDOW_S)
     wait_until(
         lambda: stage_status(run, "profile") == "running",
         timeout_s=60,
@@ -164,7 +168,7 @@ def test_cancel_stops_a_running_stage(start_worker, user, model):
 
 def test_a_killed_worker_never_leaves_a_run_running(live_settings, start_worker, user, model):
     worker = start_worker()
-    run = start_run(user, model, ["profile"], window_s=300)
+    run = start_run(user, model, ["profile"], window_s=LONG_WINDOW_S)
     wait_until(
         lambda: stage_status(run, "profile") == "running",
         timeout_s=60,
