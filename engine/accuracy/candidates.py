@@ -108,6 +108,7 @@ class OrtCandidate:
         self.name, self.kind = name, kind
         self.optimization, self.threads = optimization, threads
         self.details = dict(details or {})
+        self.saturation: float | None = None  # the largest magnitude its format holds
         self._outputs = [o.name for o in model.graph.output]
         self._produced = [o for n in model.graph.node for o in n.output if o]
         self._sessions: dict[tuple[str, ...], Any] = {}
@@ -224,9 +225,11 @@ def fp16_candidate(model: onnx.ModelProto, **options) -> OrtCandidate:
     """
     keep = {k: options.pop(k) for k in ("keep_op_types", "keep_nodes") if k in options}
     conversion = convert_to_fp16(model, **keep)
-    return OrtCandidate(
+    candidate = OrtCandidate(
         conversion.model, name="fp16", kind="fp16", details=conversion.to_dict(), **options
     )
+    candidate.saturation = float(np.finfo(np.float16).max)
+    return candidate
 
 
 def reference_candidate(model: onnx.ModelProto, **_options) -> ReferenceEvaluatorCandidate:

@@ -188,6 +188,7 @@ def check_accuracy(
         cand_values,
         config.thresholds,
         lambda fraction, message: report(0.7 + 0.15 * fraction, message),
+        saturation=getattr(candidate, "saturation", None),
     )
     if config.layers and all(layer.tensor in outputs for layer in layers):
         warnings.append(

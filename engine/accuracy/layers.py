@@ -86,8 +86,12 @@ def compare_layers(
     candidate: Mapping[str, object],
     thresholds: Thresholds,
     progress: ProgressFn | None = None,
+    saturation: float | None = None,
 ) -> list[LayerComparison]:
-    """Compare the floating tensors of ``layers`` present on both sides, in order.
+    """Compare the floating tensors of ``layers`` present on both sides, in order;
+    ``saturation`` as in :func:`~engine.accuracy.metrics.compare_tensors` (inside the
+    network a value the candidate's format cannot hold is no divergence of its own: the
+    outputs show whether it mattered).
 
     A tensor whose shape differs between the sides is skipped: the candidate computes
     something else under that name (another layout), not a wrong value of the same thing.
@@ -101,7 +105,7 @@ def compare_layers(
             continue
         if not _floating(ref) or ref.shape != cand.shape:
             continue
-        metrics = compare_tensors(ref, cand, rel_floor=thresholds.rel_floor)
+        metrics = compare_tensors(ref, cand, rel_floor=thresholds.rel_floor, saturation=saturation)
         compared.append(LayerComparison(layer, metrics, judge(metrics, thresholds, layer=True)))
     return compared
 

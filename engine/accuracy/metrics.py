@@ -100,6 +100,11 @@ class Thresholds:
         return cls(**values)
 
 
+INFINITY_STAND_IN = 1e38
+"""A finite value this large stands in for infinity: no computation in a working network
+reaches it, exporters write float32's extremes (+-3.4e38) as masks' "minus infinity"."""
+
+
 @dataclass(frozen=True)
 class TensorMetrics:
     """How far one candidate tensor is from its reference.
@@ -117,6 +122,8 @@ class TensorMetrics:
     snr_db: float
     nonfinite_mismatch: int = 0
     ref_max_abs: float = 0.0
+    saturated: int = 0
+    """Elements the candidate's number format cannot hold (see :func:`compare_tensors`)."""
     top1: float | None = None
     top5: float | None = None
     error: str | None = None
@@ -133,8 +140,19 @@ def json_number(value):
     return value
 
 
-def compare_tensors(reference, candidate, *, rel_floor: float = 1e-3) -> TensorMetrics:
-    """Compare two arrays of the same shape element by element (computed in float64)."""
+def compare_tensors(
+    reference, candidate, *, rel_floor: float = 1e-3, saturation: float | None = None
+) -> TensorMetrics:
+    """Compare two arrays of the same shape element by element (computed in float64).
+
+    ``saturation``, the largest finite magnitude of the candidate's number format (65504
+    for fp16): a reference element that stands in for infinity (beyond
+    :data:`INFINITY_STAND_IN`: exporters write float32's lowest value, -3.4e38, into
+    attention masks), met by the candidate at that magnitude or at infinity with the same
+    sign, saturated as the format must: it is counted in ``saturated`` and left out of the
+    errors (-65504 masks as -3.4e38 does). A value that overflows through arithmetic (a
+    Conv output of 1e5 in fp16) is no stand-in, and stays an error.
+    """
     ref, cand = np.asarray(reference), np.asarray(candidate)
     if ref.shape != cand.shape:
         return incomparable(ref.size, f"shape {_shape(cand)} instead of {_shape(ref)}")
@@ -143,6 +161,16 @@ def compare_tensors(reference, candidate, *, rel_floor: float = 1e-3) -> TensorM
         return _exact(ref.size) if same else incomparable(ref.size, "strings differ")
     # Private float64 copies: the error of a float32 pair is exact in float64.
     r, c = _as_float64(ref).ravel(), _as_float64(cand).ravel()
+    saturated = 0
+    if saturation is not None:
+        beyond = (
+            (np.abs(r) >= INFINITY_STAND_IN)
+            & (np.sign(r) == np.sign(c))
+            & (np.abs(c) >= saturation)
+        )
+        saturated = int(np.count_nonzero(beyond))
+        if saturated:
+            r, c = r[~beyond], c[~beyond]
     mismatch, scale = 0, None
     if not (np.isfinite(r).all() and np.isfinite(c).all()):
         finite_ref = np.isfinite(r)
@@ -151,7 +179,10 @@ def compare_tensors(reference, candidate, *, rel_floor: float = 1e-3) -> TensorM
         mismatch = int(np.count_nonzero(~finite & ~_same_nonfinite(r, c)))
         r, c = r[finite], c[finite]
     if r.size == 0:
-        return replace(_exact(ref.size), nonfinite_mismatch=mismatch, ref_max_abs=scale or 0.0)
+        exact = _exact(ref.size)
+        return replace(
+            exact, nonfinite_mismatch=mismatch, ref_max_abs=scale or 0.0, saturated=saturated
+        )
     signal, power, dot = float(r @ r), float(c @ c), float(r @ c)
     diff = np.abs(np.subtract(c, r, out=c), out=c)
     rel = np.abs(r)
@@ -168,6 +199,7 @@ def compare_tensors(reference, candidate, *, rel_floor: float = 1e-3) -> TensorM
         snr_db=_snr_db(signal, float(diff @ diff)),
         nonfinite_mismatch=mismatch,
         ref_max_abs=scale,
+        saturated=saturated,
     )
     scores = _classifier_scores(ref, cand)
     if scores is None:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
-from onnx_builders import LIGHT_DIR, build
+from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import LIGHT_DIR, build, value
 
 from cli.main import main
 from engine.accuracy import (
@@ -21,6 +21,7 @@ from engine.accuracy import (
     register_candidate,
 )
 from engine.accuracy import candidates as candidates_module
+from engine.accuracy.metrics import compare_tensors
 from engine.accuracy.weights import perturb_weight, randomize_fills, weight_fills
 
 SQUEEZENET = LIGHT_DIR / "light_squeezenet.onnx"
@@ -223,3 +224,25 @@ def test_cli_bad_input_exits_2_with_one_line(cnn, save, tmp_path, capsys):
     code, _, err = cli(capsys, "accuracy", model, "--candidate", "tvm-int3")
     assert code == 2
     assert err.startswith("error: invalid options: accuracy.candidate: 'tvm-int3' is not one of")
+
+
+def test_an_attention_mask_of_float32s_lowest_saturates_in_fp16_and_is_no_divergence(save):
+    # what exporters write for "minus infinity": Where(mask, scores, -3.4e38) -> Softmax
+    lowest = np.array(np.finfo(np.float32).min, np.float32)
+    nodes = [
+        helper.make_node("Where", ["mask", "x", "lowest"], ["masked"], name="where"),
+        helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=-1),
+    ]
+    model = build(
+        nodes,
+        [("x", [2, 8]), value("mask", [2, 8], TensorProto.BOOL)],
+        [("y", [2, 8])],
+        [numpy_helper.from_array(lowest, "lowest")],
+    )
+    report = check_accuracy(model, "fp16")
+    assert report.verdict == "pass", report.reason
+    (where,) = [c for c in report.layers if c.layer.node == "where"]
+    assert where.metrics.saturated > 0 and where.passed
+    # an overflow that arithmetic produces is no stand-in for infinity: it stays an error
+    metrics = compare_tensors(np.array([1e5, 1.0]), np.array([np.inf, 1.0]), saturation=65504.0)
+    assert metrics.saturated == 0 and metrics.nonfinite_mismatch == 1
