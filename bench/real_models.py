@@ -234,13 +234,29 @@ def _convnext() -> Example:
     )
 
 
+def _scale_preserving(model: Any) -> Any:
+    """Re-draw conv and linear weights with He initialisation (std sqrt(2 / fan_in)), biases
+    0. transformers draws them from N(0, 0.02) for MobileNetV2 and EfficientNet, and through
+    their narrow layers the activations shrink to nothing: the MobileNetV2 export's logits
+    were 8e-24 at most and EfficientNet's outputs exactly 0, so every accuracy and compile
+    check of those two compared zeros."""
+    import torch
+
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Conv2d | torch.nn.Linear):
+                torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+                if module.bias is not None:
+                    module.bias.zero_()
+    return model
+
+
 def _mobilenet_v2() -> Example:
     import transformers
 
     config = transformers.MobileNetV2Config(depth_multiplier=0.5, image_size=128, num_labels=100)
-    return _transformers_example(
-        transformers.MobileNetV2ForImageClassification(config), _image(1, 128), ("logits",)
-    )
+    model = _scale_preserving(transformers.MobileNetV2ForImageClassification(config))
+    return _transformers_example(model, _image(1, 128), ("logits",))
 
 
 def _efficientnet() -> Example:
@@ -250,7 +266,7 @@ def _efficientnet() -> Example:
         image_size=128, width_coefficient=0.5, depth_coefficient=0.5, hidden_dim=640
     )
     return _transformers_example(
-        transformers.EfficientNetModel(config),
+        _scale_preserving(transformers.EfficientNetModel(config)),
         _image(1, 128),
         ("last_hidden_state", "pooler_output"),
     )
