@@ -12,8 +12,9 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from engine.accuracy.inputs import index_bounds
 from engine.errors import ProgressFn
-from engine.graph.loader import ModelSource
+from engine.graph.loader import ModelSource, load_model
 from engine.profiling.session import (
     check_optimization,
     environment,
@@ -140,7 +141,8 @@ def measure_latency(
     load_before = load_average()
     report(0.0, "creating the onnxruntime session")
     session = open_session(source, threads=config.threads, optimization=config.graph_optimization)
-    feeds, specs = make_inputs(session, config.input_shapes, config.seed)
+    bounds = index_bounds(load_model(source))
+    feeds, specs = make_inputs(session, config.input_shapes, config.seed, bounds)
     for i in range(config.warmup_runs):
         report(0.02, f"warm-up {i + 1}/{config.warmup_runs}")
         run_once(session, feeds)

@@ -12,7 +12,9 @@ Each session places the weights and buffers in memory its own way, and an op's t
 depend on that placement by 10% (cache sets, pages): two profiles, each with one session,
 disagree by that much on single ops while their whole-model times agree. So the runs go by
 turns over ``sessions`` sessions and each op's median pools them: a repeated profile then
-samples the placements again instead of inheriting one.
+samples the placements again instead of inheriting one. A session makes several runs in a
+row before the next takes its turn (:data:`TURN_MS`), so that its caches are as warm as in
+a user's tight loop.
 
 On a shared machine another process can slow a stretch of runs down, and per-op medians
 taken over such a stretch do not come back in a second profile. So the window is cut into
@@ -34,6 +36,15 @@ per-op window is over, the profiler is switched off and the same session runs fo
 window more, interleaved with an independent plain session (``reference``) that checks
 the figure. The profiled runs' own durations are kept as ``profiled_ms``.
 
+Every session has its own intra-op thread pool, and by default its threads spin for a while
+after each run to catch the next one early. With several sessions run by turns, the idle
+sessions' threads then take the cores from the one being timed: at 2 threads, three
+profiled sessions and a plain one measured ViT at 3.6x and MobileNetV2 at 4.7x a plain
+session's latency. So where more than one session is alive, their threads spin only while
+their own session runs (:data:`~engine.profiling.session.SPIN_DURING_RUNS`): between
+kernels the timed session spins as a user's session does, and when its run returns its
+threads block. The environment records it (``threading``).
+
 onnxruntime times kernels, not nodes; :mod:`engine.profiling.attribution` maps them back
 to the model's nodes. That works up to optimization level ``extended`` (the default): at
 ``all`` the layout pass renames most kernels and their nodes stay unmapped.
@@ -46,14 +57,17 @@ import os
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from engine.accuracy.inputs import index_bounds
 from engine.errors import ProgressFn
 from engine.graph import AnalysisConfig, analyze_model, load_model
+from engine.graph.analyze import ModelAnalysis
+from engine.graph.costs import OpCost
 from engine.graph.loader import ModelSource
 from engine.graph.topology import sorted_model, unique_node_names
 from engine.profiling.attribution import KernelProfile, OpProfile, attribute_kernels
@@ -61,6 +75,8 @@ from engine.profiling.contention import memory_contention
 from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
 from engine.profiling.session import (
     HUGE_PAGES_TUNABLE,
+    SPIN_ALWAYS,
+    SPIN_DURING_RUNS,
     check_optimization,
     environment,
     heap_pages,
@@ -144,11 +160,15 @@ def profile_nodes(
     source: ModelSource,
     config: NodeProfileConfig = NodeProfileConfig(),
     progress: ProgressFn | None = None,
+    costs: Mapping[str, OpCost] | None = None,
 ) -> NodeProfile:
     """Measure per-node and whole-model latency of a model on this machine's CPU.
 
     ``source`` is a path, the model's bytes or an ``onnx.ModelProto`` (not modified).
-    Raises :class:`~engine.errors.InvalidModelError` and the other analysis errors; a
+    ``costs`` (node name -> cost) stands in for the work of the nodes the model's own
+    analysis cannot cost: the user's model as uploaded keeps its shape arithmetic, and the
+    prepared model, which folded it, knows every node's work (the profile stage passes
+    it). Raises :class:`~engine.errors.InvalidModelError` and the other analysis errors; a
     :class:`~engine.errors.Cancelled` raised by ``progress`` propagates.
     """
     report = progress or _ignore
@@ -156,7 +176,12 @@ def profile_nodes(
     report(0.0, "analyzing the model")
     model = named_model(source)
     analysis = analyze_model(model, AnalysisConfig(input_shapes=dict(config.input_shapes)))
+    if costs is not None:
+        _fill_costs(analysis, costs)
     count = config.sessions if model.ByteSize() <= LARGE_MODEL_BYTES else 1
+    alive = count + config.reference
+    # Idle sessions' spinning threads would take the cores from the one being timed.
+    spinning = SPIN_DURING_RUNS if alive > 1 else SPIN_ALWAYS
     report(0.05, f"creating the onnxruntime sessions ({count} profiled)")
     with tempfile.TemporaryDirectory(prefix="workbench-profile-") as tmp:
         sessions = [
@@ -165,24 +190,34 @@ def profile_nodes(
                 threads=config.threads,
                 optimization=config.graph_optimization,
                 profile_prefix=os.path.join(tmp, f"ort{i}"),
+                spinning=spinning,
             )
             for i in range(count)
         ]
         plain = None
         if config.reference:
             plain = open_session(
-                model, threads=config.threads, optimization=config.graph_optimization
+                model,
+                threads=config.threads,
+                optimization=config.graph_optimization,
+                spinning=spinning,
             )
-        feeds, specs = make_inputs(sessions[0], config.input_shapes, config.seed)
+        feeds, specs = make_inputs(
+            sessions[0], config.input_shapes, config.seed, index_bounds(model)
+        )
         try:
-            wall_ms, plain_ms, block_runs = _run(sessions, plain, feeds, config, report)
+            wall_ms, plain_ms, block_runs, order, turn = _run(
+                sessions, plain, feeds, config, report
+            )
         finally:
             paths = [session.end_profiling() for session in sessions]
         traces = [json.loads(Path(path).read_text()) for path in paths]
         report(0.8, "timing the whole model with the profiler off")
-        latency_ms, plain_after_ms = _time_unprofiled(sessions, plain, feeds, config)
+        latency_ms, plain_after_ms = _time_unprofiled(sessions, plain, feeds, config, turn)
     report(0.97, "reading the profiler trace")
-    trace = interleave([parse_trace(events, skip_runs=config.warmup_runs) for events in traces])
+    trace = interleave(
+        [parse_trace(events, skip_runs=config.warmup_runs) for events in traces], order
+    )
     stretch = quietest_stretch(
         [us / 1e3 for us in trace.runs_us], block_runs, config.blocks, config.stable_pct
     )
@@ -252,9 +287,24 @@ def profile_nodes(
         },
         reference=_reference(whole, wall_ms, plain_ms, plain_after_ms) if plain_ms else None,
         inputs=specs,
-        environment=environment(config.threads, config.graph_optimization, load_before),
+        environment=environment(
+            config.threads, config.graph_optimization, load_before, alive, spinning
+        ),
         warnings=warnings,
     )
+
+
+def _fill_costs(analysis: ModelAnalysis, costs: Mapping[str, OpCost]) -> None:
+    """Give the nodes the analysis could not cost the work ``costs`` knows for them; its
+    warnings about costing go (the analyze stage reports the model's costs)."""
+    analysis.node_list = [
+        replace(node, cost=costs.get(node.name)) if node.cost is None else node
+        for node in analysis.node_list
+    ]
+    analysis.not_costed = [n.name for n in analysis.node_list if n.cost is None]
+    analysis.warnings = [
+        w for w in analysis.warnings if "not costed" not in w and "is unknown" not in w
+    ]
 
 
 def named_model(source: ModelSource) -> onnx.ModelProto:
@@ -271,30 +321,55 @@ def named_model(source: ModelSource) -> onnx.ModelProto:
     return model
 
 
+TURN_MS = 100.0
+"""How long one session runs before the next takes its turn. A user's session runs in a
+tight loop with its weights and buffers warm in the caches; sessions that take turns run by
+run start every run cold: ViT (1 ms a run, weights that fit in the caches) measured 1.33 ms
+by turns of one run over three sessions against 1.04 ms in a tight loop, at one thread.
+Turns of up to 100 ms keep the caches as warm as a tight loop and still spread every session
+over the window (a turn is shortened so that each block of the stability check holds a
+few rounds over all the sessions)."""
+
+
+def turn_runs(run_ms: float) -> int:
+    """Runs one session makes in a row: as many as fill :data:`TURN_MS` (at least one;
+    ``run_ms`` 0, no warm-up timed, gives one)."""
+    return max(1, int(TURN_MS / run_ms)) if run_ms > 0 else 1
+
+
 def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
-    """Profiled runs, by turns over ``sessions`` (and the plain session once per turn); the
-    block size once the first window was filled."""
+    """Profiled runs, by turns of ``turn`` runs over ``sessions`` (and a shorter turn of the
+    plain session after each, one plain run per round); the runs' times, the plain runs' times, the block size once
+    the first window was filled, the session of every run and the turn length."""
+    run_ms = 0.0
     for i in range(config.warmup_runs):
         report(0.06, f"warm-up {i + 1}/{config.warmup_runs}")
         for session in sessions:
+            t0 = time.perf_counter()
             run_once(session, feeds)
+            run_ms = (time.perf_counter() - t0) * 1e3
         if plain is not None:
             run_once(plain, feeds)
+    # every block of the stability check holds a few rounds over all the sessions
+    turn = min(turn_runs(run_ms), max(1, config.max_runs // (2 * config.blocks * len(sessions))))
+    order: list[int] = []
     wall_ms: list[float] = []
     plain_ms: list[float] = []
     block_runs = 0  # set once the first window is filled
     limit = int(config.max_runs * config.max_extend)
     longest = config.window_s * config.max_extend
-    min_runs = config.min_runs * len(sessions)
+    # whole rounds until every session has made min_runs runs
+    min_runs = -(-config.min_runs // turn) * turn * len(sessions)
+    plain_turn = -(-turn // len(sessions))  # one plain run for every session's run
     started = time.perf_counter()
     while len(wall_ms) < limit:
+        k = (len(wall_ms) // turn) % len(sessions)
         t0 = time.perf_counter()
-        run_once(sessions[len(wall_ms) % len(sessions)], feeds)
+        run_once(sessions[k], feeds)
         wall_ms.append((time.perf_counter() - t0) * 1e3)
-        if plain is not None and len(wall_ms) % len(sessions) == 0:
-            t0 = time.perf_counter()
-            run_once(plain, feeds)
-            plain_ms.append((time.perf_counter() - t0) * 1e3)
+        order.append(k)
+        if plain is not None and len(wall_ms) % turn == 0:
+            plain_ms += _timed_runs(plain, feeds, plain_turn)
         elapsed = time.perf_counter() - started
         first_window_done = len(wall_ms) >= config.max_runs or window_filled(
             len(wall_ms), elapsed, config.window_s, min_runs
@@ -315,7 +390,17 @@ def _run(sessions, plain, feeds, config: NodeProfileConfig, report: ProgressFn):
                 _fraction(elapsed, len(wall_ms), min_runs, config),
                 f"profiling: {len(wall_ms)} runs, median {float(np.median(wall_ms)):.3f} ms",
             )
-    return wall_ms, plain_ms, block_runs or max(1, -(-len(wall_ms) // config.blocks))
+    block_runs = block_runs or max(1, -(-len(wall_ms) // config.blocks))
+    return wall_ms, plain_ms, block_runs, order, turn
+
+
+def _timed_runs(session, feeds, runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        run_once(session, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 def _fraction(elapsed_s: float, runs: int, min_runs: int, config: NodeProfileConfig) -> float:
@@ -327,20 +412,19 @@ def _fraction(elapsed_s: float, runs: int, min_runs: int, config: NodeProfileCon
     return 0.07 + 0.5 * first + 0.2 * extended
 
 
-def _time_unprofiled(sessions, plain, feeds, config: NodeProfileConfig):
-    """The profiled sessions' runs after ``end_profiling``, by turns (and the plain
-    session's, interleaved): half a window, at least ``min_runs`` each."""
+def _time_unprofiled(sessions, plain, feeds, config: NodeProfileConfig, turn: int):
+    """The profiled sessions' runs after ``end_profiling``, by turns of ``turn`` runs (and
+    the plain session's turns between them): half a window, at least ``min_runs`` each."""
     window = config.window_s / 2
     session_ms: list[float] = []
     plain_ms: list[float] = []
     started = time.perf_counter()
+    k = 0
     while len(session_ms) < config.max_runs:
-        session = sessions[len(session_ms) % len(sessions)]
-        for runner, times in ((session, session_ms), (plain, plain_ms)):
-            if runner is not None:
-                t0 = time.perf_counter()
-                run_once(runner, feeds)
-                times.append((time.perf_counter() - t0) * 1e3)
+        session_ms += _timed_runs(sessions[k % len(sessions)], feeds, turn)
+        if plain is not None:
+            plain_ms += _timed_runs(plain, feeds, turn)
+        k += 1
         if window_filled(len(session_ms), time.perf_counter() - started, window, config.min_runs):
             break
     return session_ms, plain_ms

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from engine.accuracy.inputs import DEFAULT_INT_HIGH
 from engine.errors import EngineError, InvalidModelError, ShapeError, error_line
 from engine.graph.loader import ModelSource
 from engine.targets.host import describe_host
@@ -38,16 +39,38 @@ def check_optimization(level: str) -> None:
         )
 
 
+SPIN_ALWAYS = "always"
+SPIN_DURING_RUNS = "during_runs"
+SPINNING = {
+    SPIN_ALWAYS: "onnxruntime's default: the intra-op pool threads spin while the session "
+    "runs and for a while after each run, to catch the next one on awake threads",
+    SPIN_DURING_RUNS: "the intra-op pool threads spin while the session runs and block when "
+    "its run returns (session.force_spinning_stop=1): idle sessions hold no core",
+}
+"""How a session's pool threads wait for work, by policy name (see
+:mod:`engine.profiling.nodes` for why a profile's sessions spin during runs only)."""
+
+
 def open_session(
-    source: ModelSource, *, threads: int, optimization: str, profile_prefix: str | None = None
+    source: ModelSource,
+    *,
+    threads: int,
+    optimization: str,
+    profile_prefix: str | None = None,
+    spinning: str = SPIN_ALWAYS,
 ):
-    """An onnxruntime CPU session; ``profile_prefix`` turns its profiler on."""
+    """An onnxruntime CPU session; ``profile_prefix`` turns its profiler on, ``spinning``
+    names how its pool threads wait for work (:data:`SPINNING`)."""
     import onnxruntime as ort
 
     check_optimization(optimization)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
+    if spinning not in SPINNING:
+        raise ValueError(f"unknown spinning policy {spinning!r}; use one of {', '.join(SPINNING)}")
+    if spinning == SPIN_DURING_RUNS:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     options.log_severity_level = 3
     options.graph_optimization_level = {
         "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -71,9 +94,19 @@ def open_session(
 
 
 def make_inputs(
-    session, input_shapes: Mapping[str, Sequence[int]], seed: int
+    session,
+    input_shapes: Mapping[str, Sequence[int]],
+    seed: int,
+    index_bounds: Mapping[str, int] | None = None,
 ) -> tuple[dict, list[dict]]:
-    """Random feeds for every input (symbolic dims default to 1) and their specs."""
+    """Random feeds for every input (symbolic dims default to 1) and their specs.
+
+    Integer inputs are drawn below ``index_bounds[name]`` (the table a Gather indexes with
+    them: token ids below the vocabulary, see :func:`engine.accuracy.inputs.index_bounds`),
+    others from ``[0, DEFAULT_INT_HIGH)`` (masks and type ids), as the accuracy and compile
+    stages draw them: a token type id of 6 sends BERT's embedding out of range.
+    """
+    bounds = index_bounds or {}
     rng = np.random.default_rng(seed)
     feeds, specs = {}, []
     for arg in session.get_inputs():
@@ -90,7 +123,7 @@ def make_inputs(
         elif dtype is np.bool_:
             value = rng.integers(0, 2, shape).astype(bool)
         else:
-            value = rng.integers(0, 8, shape).astype(dtype)
+            value = rng.integers(0, bounds.get(arg.name, DEFAULT_INT_HIGH), shape).astype(dtype)
         feeds[arg.name] = value
         specs.append({"name": arg.name, "shape": list(shape), "dtype": np.dtype(dtype).name})
     return feeds, specs
@@ -133,8 +166,15 @@ def heap_pages() -> dict:
     }
 
 
-def environment(threads: int, optimization: str, load_before: float | None) -> dict:
-    """What a measurement ran on: machine, versions, threads and how busy the machine was."""
+def environment(
+    threads: int,
+    optimization: str,
+    load_before: float | None,
+    sessions: int = 1,
+    spinning: str = SPIN_ALWAYS,
+) -> dict:
+    """What a measurement ran on: machine, versions, threads, how many sessions were alive
+    and how their pool threads spun, and how busy the machine was."""
     import onnxruntime as ort
 
     return {
@@ -144,6 +184,12 @@ def environment(threads: int, optimization: str, load_before: float | None) -> d
         "provider": "CPUExecutionProvider",
         "intra_op_threads": threads,
         "threads_note": "0 = onnxruntime's default, one thread per physical core",
+        "threading": {
+            "sessions": sessions,
+            "thread_pools": "one intra-op pool per session",
+            "spinning": spinning,
+            "spinning_note": SPINNING[spinning],
+        },
         "graph_optimization": optimization,
         "heap_pages": heap_pages(),
         # Other work on the machine makes timings noisy; the load average says how much.

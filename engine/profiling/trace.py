@@ -8,6 +8,7 @@ Kernel events are assigned to the run whose time window contains them.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,20 +94,32 @@ def parse_trace(events: list[dict], skip_runs: int = 0) -> Trace:
     return Trace([float(r["dur"]) for r in runs], list(kernels.values()))
 
 
-def interleave(traces: list[Trace]) -> Trace:
-    """One trace of several sessions' traces whose runs went by turns: run ``j`` of session
-    ``k`` of ``n`` becomes run ``j * n + k``. Kernels keep the first session's order."""
+def interleave(traces: list[Trace], order: Sequence[int] | None = None) -> Trace:
+    """One trace of several sessions' traces whose runs went by turns. ``order[i]`` is the
+    session that made run ``i`` (by default one run each in turn: run ``j`` of session ``k``
+    of ``n`` becomes run ``j * n + k``). Kernels keep the first session's order."""
     n = len(traces)
-    total = sum(len(t.runs_us) for t in traces)
-    runs_us = [0.0] * total
+    if order is None:
+        longest = max((len(t.runs_us) for t in traces), default=0)
+        order = [k for j in range(longest) for k in range(n) if j < len(traces[k].runs_us)]
+    positions: list[list[int]] = [[] for _ in range(n)]
+    for i, k in enumerate(order):
+        positions[k].append(i)
+    runs_us = [0.0] * len(order)
     kernels: dict[str, KernelSamples] = {}
     for k, trace in enumerate(traces):
+        where = positions[k]
+        if len(where) != len(trace.runs_us):
+            raise ValueError(
+                f"session {k} made {len(where)} runs by the order, its trace has "
+                f"{len(trace.runs_us)}"
+            )
         for j, duration in enumerate(trace.runs_us):
-            runs_us[j * n + k] = duration
+            runs_us[where[j]] = duration
         for kernel in trace.kernels:
             merged = kernels.setdefault(kernel.name, KernelSamples(kernel.name, kernel.op_type))
             merged.samples_us.extend(kernel.samples_us)
-            merged.runs.extend(r * n + k for r in kernel.runs)
+            merged.runs.extend(where[r] for r in kernel.runs)
             merged.sessions.extend([k] * len(kernel.runs))
     return Trace(runs_us, list(kernels.values()))
 

@@ -179,8 +179,10 @@ def test_fused_gemm_kernels_map_back_to_their_gemm():
     assert [k.nodes for k in result.kernels] == [["fc1", "relu"]]
     assert result.kernels[0].name == "fused fc1"
     assert [op.status for op in result.ops] == ["measured", "fused"]
-    # (the heap-pages warning depends on how pytest was started: bin/test sets the tunable)
-    assert not [w for w in result.warnings if "4 KiB pages" not in w]
+    # every kernel mapped (the heap-pages and machine-load warnings depend on how pytest
+    # was started and on what else the machine runs: a 20 us model's blocks can differ by
+    # the 2 us floor)
+    assert not [w for w in result.warnings if "could not be mapped" in w]
 
 
 def test_a_heap_on_small_pages_is_named_with_the_fix(monkeypatch):
@@ -274,8 +276,10 @@ def test_the_quietest_stretch_skips_blocks_another_process_slowed_down():
 
 
 def test_a_load_change_extends_the_window_and_warns(monkeypatch):
-    # a tolerance no real machine meets: the window grows to its limit
+    # blocks that never agree (a tiny model's block medians can tie within the 2 us floor
+    # whatever the tolerance): the window grows to its limit
     config = NodeProfileConfig(window_s=0.1, min_runs=6, warmup_runs=1, stable_pct=1e-9, max_extend=2.0)  # fmt: skip
+    monkeypatch.setattr(nodes, "agree", lambda medians, pct: False)
     result = profile_nodes(small_cnn(), config)
     assert result.stability["recorded_runs"] > result.runs
     # (the chosen blocks may still tie: the profiler's times are whole microseconds)
