@@ -22,7 +22,9 @@ def test_the_card_shows_memory_bound_kernels_and_the_profile_warnings():
     assert memory["memory_kernels"] >= 1 and memory["compute_kernels"] >= 1
     memory.update(memory_block_ms=[0.25, 0.25, 0.34], memory_spread_pct=36.0)
     result["warnings"].append("other processes competed for memory bandwidth while profiling")
+    result["profiled_model"] = "the model as uploaded, inputs at the bound shapes"
     html = page(result)
+    assert "Timed: the model as uploaded, inputs at the bound shapes." in html
     assert f"Memory-bound kernels ({memory['memory_kernels']}," in html
     assert "block by block: 0.25, 0.25, 0.34 ms (36% apart" in html
     assert '<p class="warning">other processes competed for memory bandwidth' in html
