@@ -236,10 +236,11 @@ def _convnext() -> Example:
 
 def _scale_preserving(model: Any) -> Any:
     """Re-draw conv and linear weights with He initialisation (std sqrt(2 / fan_in)), biases
-    0. transformers draws them from N(0, 0.02) for MobileNetV2 and EfficientNet, and through
-    their narrow layers the activations shrink to nothing: the MobileNetV2 export's logits
-    were 8e-24 at most and EfficientNet's outputs exactly 0, so every accuracy and compile
-    check of those two compared zeros."""
+    0, and set batch norms to scale 1, shift 0. transformers draws conv weights from
+    N(0, 0.02) for MobileNetV2 and EfficientNet (and EfficientNet's batch-norm scales too),
+    and through their narrow layers the activations shrink to nothing: the MobileNetV2
+    export's logits were 8e-24 at most and EfficientNet's outputs 2e-41, so every accuracy
+    and compile check of those two compared zeros."""
     import torch
 
     with torch.no_grad():
@@ -248,6 +249,9 @@ def _scale_preserving(model: Any) -> Any:
                 torch.nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
                 if module.bias is not None:
                     module.bias.zero_()
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
     return model
 
 
