@@ -13,6 +13,7 @@ stay unmapped.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.graph import ModelAnalysis
@@ -25,6 +26,7 @@ from engine.targets.costmodel import op_variant
 _ATTRIBUTION_FLOPS_PER_BYTE = 10.0
 """Ridge point used only to weigh FLOPs against bytes when a fused kernel's time is split."""
 _SEARCH_DEPTH = 3
+_MAX_COVERED = 32
 _SEPARATORS = "/_-.: "
 
 
@@ -65,7 +67,10 @@ class KernelProfile:
 
 
 def attribute_kernels(
-    samples: list[KernelSamples], analysis: ModelAnalysis, central: set[int]
+    samples: list[KernelSamples],
+    analysis: ModelAnalysis,
+    central: set[int],
+    fused: Mapping[str, tuple[Sequence[str], Sequence[str]]] | None = None,
 ) -> tuple[list[KernelProfile], list[OpProfile]]:
     """Kernel statistics with the nodes each ran, and per-node latencies (see module doc).
 
@@ -84,6 +89,12 @@ def attribute_kernels(
     folded = constant_nodes(graph) - own.keys()
     host = dict(own)
     nodes_by_name = {n.name: n for n in graph.nodes}
+    named = set(own.values())
+    for k in samples:
+        if k.name not in named and fused and k.name in fused:
+            inputs, outputs = fused[k.name]
+            for node in covered_nodes(graph, nodes_by_name, inputs, outputs, set(own)):
+                host.setdefault(node, k.name)
     for node in graph.nodes:
         if node.name not in host and node.name not in folded:
             kernel = _nearest_kernel(node.name, graph, nodes_by_name, own)
@@ -165,6 +176,37 @@ def attribute_kernels(
         if op.latency_us is not None:
             op.share_pct = 100.0 * op.latency_us / total_us
     return kernels, ops
+
+
+def covered_nodes(
+    graph: Graph,
+    nodes: Mapping[str, Node],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    owned: Collection[str] = (),
+) -> list[str]:
+    """The model's nodes a node onnxruntime made by fusion stands for: those between its
+    input and output tensors, walking back from the outputs' producers (onnxruntime names
+    such a node after the fusion, ``Gelu_token_0``, ``SkipLayerNormalization``, and no node
+    of the model bears that name). The walk stops at the inputs and at ``owned`` nodes (they
+    have kernels of their own). At most :data:`_MAX_COVERED` nodes: a walk that does not
+    meet the inputs by then is not a fusion this can follow, and covers nothing."""
+    stop = set(inputs)
+    found: list[str] = []
+    queue = deque(graph.tensors[o].producer for o in outputs if o in graph.tensors)
+    seen: set[str] = set()
+    while queue:
+        name = queue.popleft()
+        if name is None or name in seen or name in owned:
+            continue
+        seen.add(name)
+        found.append(name)
+        if len(found) > _MAX_COVERED:
+            return []
+        for tensor in nodes[name].inputs:
+            if tensor and tensor not in stop:
+                queue.append(graph.tensors[tensor].producer)
+    return found
 
 
 def _node_named(kernel: str, names: set[str]) -> str | None:

@@ -184,6 +184,7 @@ def profile_nodes(
     spinning = SPIN_DURING_RUNS if alive > 1 else SPIN_ALWAYS
     report(0.05, f"creating the onnxruntime sessions ({count} profiled)")
     with tempfile.TemporaryDirectory(prefix="workbench-profile-") as tmp:
+        optimized = os.path.join(tmp, "optimized.onnx")
         sessions = [
             open_session(
                 model,
@@ -191,9 +192,11 @@ def profile_nodes(
                 optimization=config.graph_optimization,
                 profile_prefix=os.path.join(tmp, f"ort{i}"),
                 spinning=spinning,
+                optimized_path=optimized if i == 0 and count > 1 else None,
             )
             for i in range(count)
         ]
+        fused = _fused_nodes(optimized, {n.name for n in analysis.graph.nodes})
         plain = None
         if config.reference:
             plain = open_session(
@@ -224,7 +227,7 @@ def profile_nodes(
     recorded = len(trace.runs_us)
     everything, trace = trace, trace.subset(range(stretch.start, min(stretch.stop, recorded)))
     central = central_runs(trace.runs_us)
-    kernels, ops = attribute_kernels(trace.kernels, analysis, central)
+    kernels, ops = attribute_kernels(trace.kernels, analysis, central, fused)
     contention = memory_contention(everything, kernels, ops, block_runs)
     warnings = list(analysis.warnings)
     if count < config.sessions:
@@ -292,6 +295,23 @@ def profile_nodes(
         ),
         warnings=warnings,
     )
+
+
+def _fused_nodes(path: str, names: set[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """The nodes onnxruntime made by fusion (named after no node of the model), from the
+    optimized graph it wrote: name -> (input tensors, output tensors). None written (a
+    model profiled in one session, over 2 GiB): none known."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        graph = onnx.load(path, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - a graph we cannot read only loses the mapping
+        return {}
+    return {
+        node.name: (list(node.input), list(node.output))
+        for node in graph.node
+        if node.name and node.name not in names
+    }
 
 
 def _fill_costs(analysis: ModelAnalysis, costs: Mapping[str, OpCost]) -> None:

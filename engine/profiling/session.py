@@ -58,9 +58,11 @@ def open_session(
     optimization: str,
     profile_prefix: str | None = None,
     spinning: str = SPIN_ALWAYS,
+    optimized_path: str | None = None,
 ):
     """An onnxruntime CPU session; ``profile_prefix`` turns its profiler on, ``spinning``
-    names how its pool threads wait for work (:data:`SPINNING`)."""
+    names how its pool threads wait for work (:data:`SPINNING`); ``optimized_path``
+    receives the graph onnxruntime runs after its optimizations (its fused nodes)."""
     import onnxruntime as ort
 
     check_optimization(optimization)
@@ -78,6 +80,8 @@ def open_session(
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[optimization]
+    if optimized_path is not None:
+        options.optimized_model_filepath = optimized_path
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix

@@ -7,12 +7,15 @@ import dataclasses
 import statistics
 import time
 
+import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx_builders import build, weight
 
 from engine.errors import Cancelled, EngineError
+from engine.graph import analyze_model
 from engine.profiling import nodes
+from engine.profiling.attribution import covered_nodes
 from engine.profiling.latency import quietest_stretch
 from engine.profiling.nodes import NodeProfileConfig, profile_nodes
 from engine.profiling.session import (
@@ -389,3 +392,47 @@ def test_a_profile_at_all_cores_agrees_with_a_plain_session():
     # generous: other processes share the cores (the 10% figure is the bench's,
     # bench/profile_threads_bench.py)
     assert profiled.latency_ms["median"] < 1.5 * max(before, after)
+
+
+def gelu_model():
+    """x @ w -> the erf form of GELU as exporters write it: onnxruntime fuses the five nodes
+    into one kernel named after the fusion (no node of the model bears that name)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"], name="gelu/div"),
+        helper.make_node("Erf", ["d"], ["e"], name="gelu/erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="gelu/add"),
+        helper.make_node("Mul", ["h", "a"], ["m"], name="gelu/mul"),
+        helper.make_node("Mul", ["m", "half"], ["y"], name="gelu/half"),
+    ]
+    scalars = [
+        numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in (("sqrt2", 1.4142135), ("one", 1.0), ("half", 0.5))
+    ]
+    return build(nodes, [("x", [4, 64])], [("y", [4, 64])], [weight("w", (64, 64)), *scalars])
+
+
+def test_a_kernel_onnxruntime_fused_under_a_name_of_its_own_takes_the_nodes_it_covers():
+    result = profile_nodes(gelu_model(), QUICK)
+    assert not [w for w in result.warnings if "could not be mapped" in w]
+    (gelu,) = [k for k in result.kernels if "gelu/erf" in k.nodes]
+    assert gelu.name not in {"fc", "gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half"}
+    assert sorted(gelu.nodes) == ["gelu/add", "gelu/div", "gelu/erf", "gelu/half", "gelu/mul"]
+    ops = {op.name: op for op in result.ops}
+    assert ops["gelu/erf"].kernel == gelu.name and ops["fc"].kernel != gelu.name
+
+
+def test_covered_nodes_walk_back_from_the_outputs_to_the_inputs_and_stop_at_owned_nodes():
+    graph = analyze_model(gelu_model()).graph
+    nodes = {n.name: n for n in graph.nodes}
+    gelu = ["gelu/add", "gelu/div", "gelu/erf", "gelu/half", "gelu/mul"]
+    assert sorted(covered_nodes(graph, nodes, ["h"], ["y"])) == gelu
+    # the MatMul has a kernel of its own: the walk stops there too
+    assert sorted(covered_nodes(graph, nodes, [], ["y"], owned={"fc"})) == gelu
+    assert sorted(covered_nodes(graph, nodes, [], ["y"])) == sorted(["fc", *gelu])
+    # a walk that does not meet the inputs within 32 nodes covers nothing, not the model
+    chain = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(40)]
+    long = analyze_model(build(chain, [("t0", [4])], [("t40", [4])])).graph
+    by_name = {n.name: n for n in long.nodes}
+    assert covered_nodes(long, by_name, ["t0"], ["t40"]) == []
+    assert len(covered_nodes(long, by_name, ["t30"], ["t40"])) == 10
