@@ -117,10 +117,7 @@ def prepare_model(
         if cached is not None:
             report(1.0, "prepared model read from the cache")
             return cached
-    # The protos and the IR hold millions of objects and no reference cycles: without the
-    # collector paused, its passes over them were a third of a 100,000-node preparation.
-    with collector_paused():
-        prepared = _prepare(data, sha, key, options, limits, report)
+    prepared = _prepare(data, sha, key, options, limits, report)
     if cache_dir is not None:
         prepared.path = prepared_cache.store(Path(cache_dir), prepared)
     report(1.0, "model prepared")
@@ -165,13 +162,17 @@ def _prepare(
     prepared, tool, folded, fold_warnings = _fold(bound)
     warnings += fold_warnings
     report(0.7, "building the graph")
-    graph = build_graph(prepared)
     if fold_warnings or not folded:
         warnings += inference_warnings
-    check_tensor_sizes(graph, limits.max_tensor_elements)
-    unknown = explain_unknown_shapes(graph)
-    kept = {node.name for node in graph.nodes}
-    user_nodes, folded_nodes = _name_map(user_names, kept)
+    # The protos and the IR hold millions of objects and no reference cycles: the cyclic
+    # collector's passes over them were a third of a 100,000-node preparation. (Not paused
+    # while onnxslim folds: its graph objects do hold cycles, and large arrays with them.)
+    with collector_paused():
+        graph = build_graph(prepared)
+        check_tensor_sizes(graph, limits.max_tensor_elements)
+        unknown = explain_unknown_shapes(graph)
+        kept = {node.name for node in graph.nodes}
+        user_nodes, folded_nodes = _name_map(user_names, kept)
     return PreparedModel(
         model=prepared,
         graph=graph,
