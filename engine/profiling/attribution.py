@@ -89,11 +89,11 @@ def attribute_kernels(
     folded = constant_nodes(graph) - own.keys()
     host = dict(own)
     nodes_by_name = {n.name: n for n in graph.nodes}
-    named = set(own.values())
+    named, owned = set(own.values()), set(own)
     for k in samples:
         if k.name not in named and fused and k.name in fused:
             inputs, outputs = fused[k.name]
-            for node in covered_nodes(graph, nodes_by_name, inputs, outputs, set(own)):
+            for node in covered_nodes(graph, nodes_by_name, inputs, outputs, owned):
                 host.setdefault(node, k.name)
     for node in graph.nodes:
         if node.name not in host and node.name not in folded:
