@@ -192,7 +192,9 @@ def ordered_stages(requested: Iterable[str], errors: dict[str, str] | None = Non
     else:
         wanted = {s for s in requested if isinstance(s, str)}
         problems = {}
-        unknown = sorted(str(s)[:40] for s in requested if s not in STAGES)
+        unknown = sorted(
+            str(s)[:40] for s in requested if not isinstance(s, str) or s not in STAGES
+        )
         if unknown:
             problems["stages"] = (
                 f"unknown stage(s): {', '.join(unknown)}; available: {', '.join(STAGE_ORDER)}"

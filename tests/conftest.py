@@ -18,6 +18,8 @@ from pathlib import Path
 import onnx
 import pytest
 
+from workbench.server import UVICORN_OPTIONS
+
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT_DIR / "light_squeezenet.onnx"
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,24 +187,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def web_server(live_settings, transactional_db, tmp_path):
-    """daphne serving the test database on a free port; no worker."""
+def start_web_server(settings, log_dir: Path, **env: str) -> tuple[str, ServiceProcess]:
+    """The web server (uvicorn, as `manage.py serve` runs it) on a free port, serving what
+    ``settings`` configure (plus ``env``); returns its URL and process once it answers."""
     port = free_port()
     server = ServiceProcess(
         "web",
         [
             sys.executable,
             "-m",
-            "daphne",
-            "-b",
+            "uvicorn",
+            "--host",
             "127.0.0.1",
-            "-p",
+            "--port",
             str(port),
+            *UVICORN_OPTIONS,
             "workbench.asgi:application",
         ],
-        service_env(live_settings),
-        tmp_path,
+        service_env(settings, **env),
+        log_dir,
     )
     url = f"http://127.0.0.1:{port}"
 
@@ -215,6 +218,13 @@ def web_server(live_settings, transactional_db, tmp_path):
             return False
 
     wait_until(answers, timeout_s=60, what="the web server")
+    return url, server
+
+
+@pytest.fixture
+def web_server(live_settings, transactional_db, tmp_path):
+    """The web server serving the test database on a free port; no worker."""
+    url, server = start_web_server(live_settings, tmp_path)
     yield url
     server.stop()
 

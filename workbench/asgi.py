@@ -10,15 +10,16 @@ django_http = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from workbench.body_limit import BodyLimitMiddleware  # noqa: E402
 from workbench.routing import websocket_urlpatterns  # noqa: E402
+from workbench.static_files import StaticFiles  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # Static files (our JS/CSS and plotly.min.js) are served by the app itself so the
         # embedded profile needs no web server; put a CDN or nginx in front in production.
-        "http": ASGIStaticFilesHandler(django_http),
+        "http": BodyLimitMiddleware(StaticFiles(django_http)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -1,6 +1,6 @@
 """A Channels layer that works across processes through one SQLite file.
 
-The "embedded" profile runs a daphne web process and a Celery worker on one machine with no
+The "embedded" profile runs a web process and a Celery worker on one machine with no
 Redis. The worker reports progress with ``group_send`` and a websocket consumer in the web
 process must receive it; channels' ``InMemoryChannelLayer`` is per-process, so it cannot do
 this. This layer keeps messages and group memberships in a shared SQLite database (WAL mode,

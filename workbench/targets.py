@@ -32,13 +32,34 @@ def latest_versions(queryset):
     return queryset.filter(keys)
 
 
-def parse_profile(text_or_document) -> dict:
-    if isinstance(text_or_document, dict):
-        return text_or_document
-    try:
-        return json.loads(text_or_document)
-    except json.JSONDecodeError as e:
-        raise TargetRejected(f"the profile is not valid JSON: {e.msg} at line {e.lineno}") from e
+def parse_profile(text_or_document, *, parsed: bool = False) -> dict:
+    """A target profile document from JSON text (the form's) or, ``parsed``, from a body
+    the API already decoded; anything but a JSON object is a :class:`TargetRejected` that
+    says what was given."""
+    document = text_or_document
+    if not parsed and isinstance(document, str | bytes):
+        try:
+            document = json.loads(document)
+        except json.JSONDecodeError as e:
+            raise TargetRejected(
+                f"the profile is not valid JSON: {e.msg} at line {e.lineno}"
+            ) from e
+        except RecursionError:
+            raise TargetRejected("the profile is nested too deeply to read") from None
+    if not isinstance(document, dict):
+        raise TargetRejected(
+            f'a target profile is a JSON object ({{"name": ..., "units": [...]}}), '
+            f"not {_json_kind(document)}"
+        )
+    return document
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    for kind, name in kinds.items():
+        if isinstance(value, kind):
+            return name
+    return "a number" if isinstance(value, int | float) else type(value).__name__
 
 
 def save_user_target(owner, document: dict) -> Target:

@@ -4,7 +4,10 @@ under their sha256. Nothing is stored for a rejected upload."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -13,9 +16,10 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.db import IntegrityError, transaction
 
-from engine.accuracy.inputs import load_inputs_npz
+from engine.accuracy.inputs import describe_inputs_npz
 from engine.errors import EngineError
 from engine.graph import read_header
+from engine.graph.tensors import TensorSpec
 from workbench.models import InputData, OnnxModel
 
 
@@ -87,6 +91,50 @@ def _limits() -> dict:
     }
 
 
+IN_PROCESS_MAX_BYTES = 8 << 20
+"""An upload larger than this is parsed in a child process (``workbench.header_check``):
+parsing holds the whole model, and the web process must stay small whatever is uploaded."""
+HEADER_CHECK_TIMEOUT_S = 300
+
+
+def _read_header(path: str, size: int) -> dict:
+    """The validated header of the model at ``path`` (``size`` bytes), as a dict; raises
+    :class:`UploadRejected` with the check's reason."""
+    if size <= IN_PROCESS_MAX_BYTES:
+        try:
+            return read_header(path, **_limits()).to_dict()
+        except EngineError as e:
+            raise UploadRejected(e.message, code=e.code) from e
+    request = {"path": path, "limits": _limits(), "memory_bytes": (2 << 30) + 4 * size}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "workbench.header_check"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=HEADER_CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise UploadRejected(
+            f"reading the model took longer than {HEADER_CHECK_TIMEOUT_S} s, so it was "
+            "refused. Check that the file is a valid ONNX model.",
+            code="model_limit",
+        ) from None
+    try:
+        answer = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise UploadRejected(
+            "the model could not be read: its check stopped "
+            f"(exit {done.returncode}) before saying why. Check that the file is a valid "
+            "ONNX model, or simplify it.",
+            code="invalid_model",
+        ) from None
+    if "error" in answer:
+        error = answer["error"]
+        raise UploadRejected(error["message"], code=error["code"])
+    return answer["header"]
+
+
 def _blob_name(sha256: str) -> str:
     return f"models/{sha256[:2]}/{sha256}.onnx"
 
@@ -120,10 +168,7 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
         existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
         if existing:
             return existing, False
-        try:
-            header = read_header(tmp_path, **_limits())
-        except EngineError as e:
-            raise UploadRejected(e.message, code=e.code) from e
+        header = _read_header(tmp_path, size)
         blob = root / _blob_name(sha256)
         blob.parent.mkdir(parents=True, exist_ok=True)
         if not blob.exists():
@@ -144,7 +189,7 @@ def store_model_file(path: Path, *, owner, name: str, is_sample: bool = False) -
     existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
     if existing:
         return existing
-    header = read_header(str(path), **_limits())
+    header = read_header(str(path), **_limits()).to_dict()
     blob = Path(settings.MEDIA_ROOT) / _blob_name(sha256)
     if not blob.exists():
         blob.parent.mkdir(parents=True, exist_ok=True)
@@ -152,8 +197,7 @@ def store_model_file(path: Path, *, owner, name: str, is_sample: bool = False) -
     return _create_model_row(owner, name, sha256, len(data), header, is_sample=is_sample)
 
 
-def _create_model_row(owner, name, sha256, size, header, *, is_sample=False) -> OnnxModel:
-    info = header.to_dict()
+def _create_model_row(owner, name, sha256, size, info: dict, *, is_sample=False) -> OnnxModel:
     try:
         with transaction.atomic():
             return OnnxModel.objects.create(
@@ -187,8 +231,10 @@ def store_input_upload(
     try:
         with os.fdopen(fd, "wb") as tmp:
             sha256, size = _copy_hashing(uploaded, tmp)
+        specs = [TensorSpec(**spec) for spec in model.inputs]
         try:
-            inputs = load_inputs_npz(tmp_path, model.file.path)
+            # headers checked, members inflated in chunks and dropped: bounded memory
+            tensors = describe_inputs_npz(tmp_path, specs)
         except EngineError as e:
             raise UploadRejected(e.message, code=e.code) from e
         relative = f"inputs/{sha256[:2]}/{sha256}.npz"
@@ -201,7 +247,7 @@ def store_input_upload(
             file=relative,
             sha256=sha256,
             size_bytes=size,
-            tensors=inputs.to_dict()["tensors"],
+            tensors=tensors,
         )
     finally:
         if os.path.exists(tmp_path):

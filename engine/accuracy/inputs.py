@@ -24,7 +24,7 @@ import onnx
 from engine.accuracy.errors import InputDataError
 from engine.graph.loader import ModelSource, load_model, model_inputs
 from engine.graph.shapes import format_shape
-from engine.graph.tensors import value_spec
+from engine.graph.tensors import TensorSpec, value_spec
 
 DISTRIBUTIONS = ("normal", "uniform")
 """``normal``: N(0, 1); ``uniform``: U[-1, 1). Both for floating inputs only."""
@@ -75,16 +75,43 @@ def load_inputs_npz(
     appears); no other array may be present. Raises :class:`InputDataError`.
     """
     path = Path(path)
-    arrays = _read_npz(path, max_bytes)
-    check_feeds(arrays, load_model(model), where=path.name)
+    model = load_model(model)
+    arrays = _read_npz(path, max_bytes, model)
+    check_feeds(arrays, model, where=path.name)
     return InputSet(feeds=arrays, source=f"npz:{path.name}")
+
+
+def describe_inputs_npz(
+    path: str | os.PathLike,
+    specs: list[TensorSpec],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[dict]:
+    """Check an ``.npz`` against the model's input ``specs`` without holding its arrays:
+    every member's header checked first (as :func:`load_inputs_npz` does), then every member
+    inflated in chunks and dropped, so that a damaged archive is refused too. Returns
+    ``[{"name", "shape", "dtype"}]``. A web process checks uploads with this: its memory
+    stays a few MB whatever the archive holds."""
+    path = Path(path)
+    declared = _read_npz(path, max_bytes, specs=specs, keep=False)
+    return [
+        {"name": name, "shape": list(d.shape), "dtype": d.dtype.name}
+        for name, d in declared.items()
+    ]
 
 
 def check_feeds(
     arrays: Mapping[str, np.ndarray], model: onnx.ModelProto, *, where: str = "inputs"
 ) -> None:
     """Raise :class:`InputDataError` listing every way ``arrays`` do not fit ``model``."""
-    specs = [value_spec(v) for v in model_inputs(model)]
+    check_feeds_against(arrays, [value_spec(v) for v in model_inputs(model)], where=where)
+
+
+def check_feeds_against(
+    arrays: Mapping[str, np.ndarray], specs: list[TensorSpec], *, where: str = "inputs"
+) -> None:
+    """:func:`check_feeds` against the model's input specs (what an upload's header
+    recorded), for a caller that has no parsed model at hand."""
     expected = {s.name: s for s in specs}
     problems = [f"no array for input '{s.name}'" for s in specs if s.name not in arrays]
     problems += [f"array '{name}' is not a model input" for name in arrays if name not in expected]
@@ -191,7 +218,31 @@ def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
-def _read_npz(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class _Declared:
+    """An archive member as its .npy header declares it: what the checks read of an array,
+    before a byte of it is inflated."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=object)) * self.dtype.itemsize
+
+
+def _read_npz(
+    path: Path,
+    max_bytes: int,
+    model: onnx.ModelProto | None = None,
+    *,
+    specs: list[TensorSpec] | None = None,
+    keep: bool = True,
+) -> dict:
+    """The archive's arrays. Every member is checked by name and by the shape and dtype its
+    header declares (against ``max_bytes`` and, given ``model``, against its inputs) before
+    any member is inflated, so a small archive declaring huge arrays (a decompression bomb)
+    costs a few KB of reading, not the arrays."""
     if not path.is_file():
         raise InputDataError(f"input file not found: {path.name}")
     with path.open("rb") as f:
@@ -209,29 +260,94 @@ def _read_npz(path: Path, max_bytes: int) -> dict[str, np.ndarray]:
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise _unreadable(path, e) from e
-    if sum(m.file_size for m in members) > max_bytes:
-        raise InputDataError(
-            f"{path.name} unpacks to more than {max_bytes / 1e9:.1f} GB",
-            hint="Upload fewer or smaller inputs.",
-        )
-    arrays = {}
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            for name in npz.files:
-                arrays[name] = npz[name]
+            if sum(m.file_size for m in members) > max_bytes:
+                raise InputDataError(
+                    f"{path.name} unpacks to more than {max_bytes / 1e9:.1f} GB",
+                    hint="Upload fewer or smaller inputs.",
+                )
+            declared = {}
+            for member in members:
+                name = _array_name(path, member)
+                declared[name] = _declared(path, archive, member)
+            total = sum(d.nbytes for d in declared.values())
+            if total > max_bytes:
+                raise InputDataError(
+                    f"{path.name} declares {total / 1e9:,.1f} GB of arrays, more than the "
+                    f"{max_bytes / 1e9:.1f} GB an input upload may hold",
+                    hint="Upload fewer or smaller inputs.",
+                )
+            if model is not None:
+                check_feeds(declared, model, where=path.name)
+            if specs is not None:
+                check_feeds_against(declared, specs, where=path.name)
+            if not keep:
+                for member in members:
+                    with archive.open(member) as f:
+                        while f.read(1 << 20):  # inflated and CRC-checked, not kept
+                            pass
+                return declared
+            arrays = {}
+            for member in members:
+                name = _array_name(path, member)
+                with archive.open(member) as f:
+                    arrays[name] = np.lib.format.read_array(f, allow_pickle=False)
     except ValueError as e:
         if any(marker in str(e) for marker in _UNSAFE):
-            raise InputDataError(
-                f"{path.name} holds a pickled Python object; pickles are never loaded",
-                hint="Save plain numeric arrays: numpy.savez(path, name=array) "
-                "with arrays of a numeric or bool dtype.",
-            ) from e
+            raise _pickled(path) from e
         raise _unreadable(path, e) from e
-    except (zipfile.BadZipFile, OSError, EOFError, KeyError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, NotImplementedError) as e:
         raise _unreadable(path, e) from e
     return arrays
+
+
+def _array_name(path: Path, member: zipfile.ZipInfo) -> str:
+    if member.is_dir() or not member.filename.endswith(".npy"):
+        raise InputDataError(
+            f"{path.name} holds '{member.filename[:80]}', which is not an .npy array",
+            hint="Write the archive with numpy.savez(path, name=array): nothing else in it.",
+        )
+    return member.filename[: -len(".npy")]
+
+
+def _declared(path: Path, archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> _Declared:
+    """The shape and dtype ``member``'s header declares, read without inflating the array;
+    the member's size in the archive's directory must agree with them."""
+    name = member.filename[: -len(".npy")]
+    with archive.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        readers = {
+            (1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0,
+        }
+        if version not in readers:
+            raise ValueError(f".npy format version {version} (numpy.savez writes 1.0)")
+        shape, _, dtype = readers[version](f, max_header_size=10_000)
+        header_bytes = f.tell()
+    if dtype.hasobject:
+        raise _pickled(path)
+    if dtype.kind not in "biufc":
+        raise InputDataError(
+            f"{path.name}: array '{name}' has dtype {dtype}, not a number or bool type",
+            hint="Save plain numeric arrays.",
+        )
+    found = _Declared(tuple(int(d) for d in shape), dtype)
+    if found.nbytes != member.file_size - header_bytes:
+        raise InputDataError(
+            f"{path.name}: array '{name}' declares shape {format_shape(list(found.shape))} "
+            f"{dtype} ({found.nbytes:,} bytes) but the archive holds "
+            f"{max(member.file_size - header_bytes, 0):,} bytes for it",
+            hint="The archive is damaged or was not written by numpy; write it again with "
+            "numpy.savez.",
+        )
+    return found
+
+
+def _pickled(path: Path) -> InputDataError:
+    return InputDataError(
+        f"{path.name} holds a pickled Python object; pickles are never loaded",
+        hint="Save plain numeric arrays: numpy.savez(path, name=array) "
+        "with arrays of a numeric or bool dtype.",
+    )
 
 
 def _unreadable(path: Path, error: Exception) -> InputDataError:

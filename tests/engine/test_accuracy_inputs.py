@@ -151,3 +151,54 @@ def test_generated_inputs_are_seeded_and_ids_stay_in_the_table(two_input_model):
 def test_unknown_distribution_is_bad_input(two_input_model):
     with pytest.raises(InputDataError, match="unknown distribution 'cauchy'"):
         generate_inputs(two_input_model, distribution="cauchy")
+
+
+def _bomb(path, shape, *, body_bytes=None):
+    """An archive whose member declares ``shape`` float32 in its header: zeros, deflated
+    (a 60 MB array packs into about 60 KB); ``body_bytes`` writes that many instead."""
+    header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+    size = int(np.prod(shape)) * 4 if body_bytes is None else body_bytes
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("x.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            chunk = b"\0" * (1 << 20)
+            for start in range(0, size, len(chunk)):
+                f.write(chunk[: size - start])
+        with archive.open("ids.npy", "w") as f:
+            np.lib.format.write_array(f, np.zeros(2, np.int64))
+    return path
+
+
+def test_a_decompression_bomb_is_refused_from_its_headers_before_inflating(
+    tmp_path, two_input_model
+):
+    import tracemalloc
+
+    path = _bomb(tmp_path / "bomb.npz", (5_000_000, 3))  # 60 MB of zeros in ~60 KB
+    assert path.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputDataError) as raised:
+            load_inputs_npz(path, two_input_model)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "dimension 'N' is 5000000 in 'x' but 2 in 'ids'" in raised.value.message
+    assert peak < 5_000_000, f"{peak:,} bytes allocated: the array was inflated"
+
+
+def test_a_header_that_disagrees_with_the_archive_is_refused(tmp_path, two_input_model):
+    # declares 4e14 bytes (numpy would try to allocate them) but holds 16
+    path = _bomb(tmp_path / "liar.npz", (100_000_000_000_000, 1), body_bytes=16)
+    with pytest.raises(InputDataError) as raised:
+        load_inputs_npz(path, two_input_model)
+    assert "array 'x' declares shape 100000000000000x1 float32" in raised.value.message
+    assert "the archive holds 16 bytes for it" in raised.value.message
+
+
+def test_a_member_that_is_not_an_array_is_refused(tmp_path, two_input_model):
+    path = tmp_path / "extra.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("../../etc/cron.d/x", b"* * * * * root true")
+    with pytest.raises(InputDataError, match="holds '../../etc/cron.d/x', which is not an .npy"):
+        load_inputs_npz(path, two_input_model)

@@ -118,3 +118,40 @@ def test_browser_upload_starts_an_analysis_run(
     run = model.runs.get()
     assert response["Location"] == f"/runs/{run.pk}/"
     assert [s.stage for s in sent] == ["analyze"]
+
+
+def test_a_large_model_is_checked_in_a_process_of_its_own(api, _media_root, monkeypatch):
+    """Over ``IN_PROCESS_MAX_BYTES`` the header is read by ``workbench.header_check`` in a
+    child process (the web process never parses it); the result is the same."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import workbench.uploads
+
+    weight = numpy_helper.from_array(np.ones((1024, 5120), np.float32), "w")  # 20 MB
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5120])],
+        [weight],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = data.SerializeToString()
+    assert len(data) > workbench.uploads.IN_PROCESS_MAX_BYTES
+    in_process = []
+    monkeypatch.setattr(workbench.uploads, "read_header", lambda *a, **k: in_process.append(a))
+    response = upload(api, data, "big.onnx")
+    assert response.status_code == 201, response.json()
+    assert in_process == []
+    body = response.json()
+    assert body["node_count"] == 1
+    assert body["inputs"] == [{"name": "x", "shape": ["batch", 1024], "dtype": "float32"}]
+    refused = upload(api, data[: len(data) // 2], "truncated.onnx")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == {
+        "code": "invalid_model",
+        "message": "not an ONNX model: the file does not parse as an ONNX protobuf "
+        "(Error parsing message with type 'onnx.ModelProto')",
+    }
+    assert in_process == []

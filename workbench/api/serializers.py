@@ -68,7 +68,7 @@ class RunCreateSerializer(serializers.Serializer):
     :class:`RunOptions`, as the web form's are: a bad option is a 400 naming the field
     (``options.profile.window_s``) and nothing is enqueued."""
 
-    model = serializers.IntegerField()
+    model = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     target = serializers.CharField(default="host", max_length=200, help_text="target id or name")
     stages = serializers.JSONField(default=["analyze"], help_text="stage names, in any order")
     input_shapes = serializers.JSONField(
@@ -114,7 +114,18 @@ class RunCreateSerializer(serializers.Serializer):
 
     def validate(self, data: dict) -> dict:
         """The engine validates stages and options; ids named in the accuracy options must
-        be the user's own."""
+        be the user's own. A field the API does not know is an error, not ignored: a
+        misspelt option would otherwise run with its default, silently."""
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {
+                    name[:80]: f"unknown field (known: {', '.join(self.fields)}); stage "
+                    'options go under "options", e.g. {"options": {"profile": '
+                    '{"window_s": 5}}}'
+                    for name in unknown[:20]
+                }
+            )
         options = data.get("options")
         if not isinstance(options, dict):
             raise serializers.ValidationError(

@@ -103,7 +103,10 @@ class TargetViewSet(viewsets.ReadOnlyModelViewSet):
 
     def update(self, request, pk=None):
         target = get_object_or_404(Target, pk=pk, owner=request.user)
-        document = dict(request.data)
+        try:
+            document = dict(parse_profile(request.data, parsed=True))
+        except TargetRejected as e:
+            return error_response("invalid_target", e.message, 400)
         if document.get("name", target.name) != target.name:
             return error_response(
                 "invalid_target", "a new version keeps the name; POST a new target instead", 400
@@ -120,7 +123,7 @@ class TargetViewSet(viewsets.ReadOnlyModelViewSet):
 
     def _save(self, document, http_status):
         try:
-            target = save_user_target(self.request.user, parse_profile(document))
+            target = save_user_target(self.request.user, parse_profile(document, parsed=True))
         except TargetRejected as e:
             return error_response("invalid_target", e.message, 400, detail=e.problems or None)
         return Response(self.get_serializer(target).data, status=http_status)

@@ -1,5 +1,5 @@
 """Run the whole workbench on this machine: database set-up, presets, a demo account,
-the web server (daphne), a Celery worker and its beat scheduler, supervised together."""
+the web server (uvicorn), a Celery worker and its beat scheduler, supervised together."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from workbench.presets import ensure_presets
+from workbench.server import UVICORN_OPTIONS
 
 
 class Command(BaseCommand):
@@ -57,7 +58,16 @@ class Command(BaseCommand):
                 ],
             ),
             "web": _spawn(
-                "web", ["daphne", "-b", host, "-p", str(port), "workbench.asgi:application"]
+                "web",
+                [
+                    "uvicorn",
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    *UVICORN_OPTIONS,
+                    "workbench.asgi:application",
+                ],
             ),
         }
         url = f"http://{host}:{port}/"
