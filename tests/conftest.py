@@ -37,6 +37,15 @@ def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.1, what: st
         time.sleep(interval_s)
 
 
+@pytest.fixture(autouse=True)
+def _own_rate_limits():
+    """Each test counts rate limits from zero (``workbench.limits`` keys carry the
+    namespace), in its own process and in the servers and workers it starts."""
+    from django.conf import settings as django_settings
+
+    django_settings.RATE_NAMESPACE = uuid.uuid4().hex
+
+
 @pytest.fixture(scope="session")
 def real_model():
     """``real_model(name)``: the path of a model of the real-model set (torch exports of
@@ -123,6 +132,7 @@ def service_env(settings, **extra: str) -> dict:
     env["WORKBENCH_PROGRESS_INTERVAL"] = str(settings.PROGRESS_MIN_INTERVAL_SECONDS)
     env["WORKBENCH_CANCEL_GRACE_SECONDS"] = str(settings.RUN_CANCEL_GRACE_SECONDS)
     env["WORKBENCH_SAMPLE_MODELS"] = "0"
+    env["WORKBENCH_RATE_NAMESPACE"] = settings.RATE_NAMESPACE
     env.update(extra)
     return env
 

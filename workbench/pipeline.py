@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from engine.options import OptionsError
 from engine.stages import STAGES, RunOptions
+from workbench import limits
 from workbench.celery import app
 from workbench.events import publish_run
 from workbench.models import ACTIVE, OnnxModel, Run, StageResult, Status, Target
@@ -29,11 +30,19 @@ RUN_STAGE_TASK = "workbench.run_stage"
 MAX_ATTEMPTS = 5
 
 
-def create_run(*, owner, model: OnnxModel, target: Target, options: RunOptions) -> Run:
+def create_run(
+    *, owner, model: OnnxModel, target: Target, options: RunOptions, limited: bool = True
+) -> Run:
     """Create a run with one queued StageResult per stage; enqueue the first after commit.
 
     ``options`` were validated by :meth:`RunOptions.from_dict` (the form and the API call
-    it), so what is stored is complete: every stage's options with their defaults."""
+    it), so what is stored is complete: every stage's options with their defaults.
+    ``limited``: a run a user asks for counts against the run rate and the active-run
+    quota (:mod:`workbench.limits`, raising ``LimitExceeded``); the workbench's own (sample
+    analyses) do not."""
+    if limited:
+        limits.check_active_runs(owner)
+        limits.hit("runs", str(owner.pk))
     with transaction.atomic():
         run = Run.objects.create(owner=owner, model=model, target=target, config=options.to_dict())
         StageResult.objects.bulk_create(

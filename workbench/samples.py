@@ -22,6 +22,7 @@ def sample_paths() -> list[Path]:
 def give_samples(user) -> int:
     from engine.stages import RunOptions
     from workbench import pipeline
+    from workbench.models import OnnxModel
     from workbench.presets import ensure_presets
     from workbench.uploads import store_model_file
 
@@ -30,9 +31,23 @@ def give_samples(user) -> int:
     for path in sample_paths():
         name = path.stem.removeprefix("light_") + ".onnx"
         model = store_model_file(path, owner=user, name=name, is_sample=True)
-        if not model.runs.exists():
+        if model.analysis is None:
+            # the same bytes were analyzed for another account: the analysis is the same
+            done = (
+                OnnxModel.objects.filter(sha256=model.sha256, analysis__isnull=False)
+                .exclude(pk=model.pk)
+                .first()
+            )
+            if done is not None:
+                model.analysis = done.analysis
+                model.save(update_fields=["analysis"])
+        if model.analysis is None and not model.runs.exists():
             pipeline.create_run(
-                owner=user, model=model, target=target, options=RunOptions.from_dict(["analyze"])
+                owner=user,
+                model=model,
+                target=target,
+                options=RunOptions.from_dict(["analyze"]),
+                limited=False,
             )
         count += 1
     return count

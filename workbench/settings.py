@@ -53,12 +53,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "workbench.security.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "workbench.limits.LimitMiddleware",
 ]
 
 ROOT_URLCONF = "workbench.urls"
@@ -124,7 +126,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 << 20
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "workbench.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -188,6 +190,22 @@ PROGRESS_MIN_INTERVAL_SECONDS = env_float("WORKBENCH_PROGRESS_INTERVAL", 0.5, mi
 SAMPLE_MODELS = env_bool("WORKBENCH_SAMPLE_MODELS", True)
 
 # Analysis limits (passed to the engine).
+# Abuse limits (workbench/limits.py): quotas per account; rates via WORKBENCH_RATE_<SCOPE>.
+MAX_ACTIVE_RUNS = env_int("WORKBENCH_MAX_ACTIVE_RUNS", 20, minimum=1)
+MAX_STORED_BYTES = env_int("WORKBENCH_MAX_STORED_BYTES", 20 << 30, minimum=1)
+SIGNUP_OPEN = env_bool("WORKBENCH_SIGNUP", True)
+RATE_NAMESPACE = env_str("WORKBENCH_RATE_NAMESPACE", "")  # tests: counters of their own
+TRUST_X_FORWARDED_FOR = env_bool("WORKBENCH_TRUST_X_FORWARDED_FOR", False)
+API_TOKEN_DAYS = env_int("WORKBENCH_TOKEN_DAYS", 90, minimum=1)
+if env_str("REDIS_URL", ""):
+    # rate-limit counters shared by every web process
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": env_str("REDIS_URL", ""),
+            "KEY_PREFIX": "workbench-cache",
+        }
+    }
 MAX_MODEL_NODES = env_int("WORKBENCH_MAX_NODES", 200_000, minimum=1)
 MAX_TENSOR_ELEMENTS = env_int("WORKBENCH_MAX_TENSOR_ELEMENTS", 2**31, minimum=1)
 

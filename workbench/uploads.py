@@ -20,6 +20,7 @@ from engine.accuracy.inputs import describe_inputs_npz
 from engine.errors import EngineError
 from engine.graph import read_header
 from engine.graph.tensors import TensorSpec
+from workbench import limits
 from workbench.models import InputData, OnnxModel
 
 
@@ -157,6 +158,7 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
     a CI pipeline can submit on every commit without piling up copies."""
     if uploaded is None:
         raise UploadRejected("no file was sent: attach an .onnx file in the 'file' field")
+    limits.hit("uploads", str(owner.pk))
     root = Path(settings.MEDIA_ROOT)
     (root / "tmp").mkdir(parents=True, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".onnx")
@@ -168,6 +170,7 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
         existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
         if existing:
             return existing, False
+        limits.check_storage(owner, size)
         header = _read_header(tmp_path, size)
         blob = root / _blob_name(sha256)
         blob.parent.mkdir(parents=True, exist_ok=True)
@@ -225,12 +228,14 @@ def store_input_upload(
     pickles) and keep it for accuracy runs. Nothing is kept when it does not fit."""
     if uploaded is None:
         raise UploadRejected("no file was sent: attach an .npz archive in the 'file' field")
+    limits.hit("uploads", str(model.owner.pk))
     root = Path(settings.MEDIA_ROOT)
     (root / "tmp").mkdir(parents=True, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as tmp:
             sha256, size = _copy_hashing(uploaded, tmp)
+        limits.check_storage(model.owner, size)
         specs = [TensorSpec(**spec) for spec in model.inputs]
         try:
             # headers checked, members inflated in chunks and dropped: bounded memory

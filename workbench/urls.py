@@ -4,12 +4,23 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from workbench import views
+from workbench.auth_views import LimitedLoginView, signup
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="model-list"), name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LimitedLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/signup/", signup, name="signup"),
+    path(
+        "accounts/password/",
+        auth_views.PasswordChangeView.as_view(success_url="/accounts/password/done/"),
+        name="password_change",
+    ),
+    path(
+        "accounts/password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("accounts/token/", views.api_token, name="token"),
     path("models/", views.model_list, name="model-list"),
     path("models/<int:pk>/", views.model_detail, name="model-detail"),

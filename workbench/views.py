@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
 from engine.stages import RunOptions
 from frontend.figures.graph import graph_payload
 from frontend.presenters import present
-from workbench import pipeline
+from workbench import pipeline, tokens
+from workbench.authentication import expires_at
 from workbench.downloads import artifact_response
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
@@ -36,15 +37,6 @@ from workbench.uploads import (
     store_input_upload,
     store_model_upload,
 )
-
-
-def signup(request):
-    form = UserCreationForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        login(request, user)
-        return redirect("model-list")
-    return render(request, "workbench/signup.html", {"form": form})
 
 
 @login_required
@@ -299,11 +291,18 @@ def target_delete(request, pk: int):
 def api_token(request):
     token = Token.objects.filter(user=request.user).first()
     if request.method == "POST":
-        if token:
-            token.delete()
-        token = Token.objects.create(user=request.user)
-        messages.success(request, "A new API token was created; the old one no longer works.")
-    return render(request, "workbench/token.html", {"token": token})
+        if request.POST.get("action") == "revoke":
+            Token.objects.filter(user=request.user).delete()
+            token = None
+            messages.success(request, "The API token was revoked; it no longer works.")
+        else:
+            token = tokens.replace_token(request.user)
+            messages.success(request, "A new API token was made; the old one no longer works.")
+    context = {"token": token, "days": settings.API_TOKEN_DAYS}
+    if token is not None:
+        context["expires_at"] = expires_at(token)
+        context["expired"] = context["expires_at"] <= timezone.now()
+    return render(request, "workbench/token.html", context)
 
 
 def _default_target() -> Target | None:

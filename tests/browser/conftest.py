@@ -30,8 +30,16 @@ def page():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
+        # Every page must run under its Content-Security-Policy: a violation is a console
+        # error ("Refused to ... because it violates ... Content Security Policy").
+        violations: list[str] = []
+        page.on(
+            "console",
+            lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None,
+        )
         yield page
         browser.close()
+        assert not violations, f"Content-Security-Policy violations: {violations[:5]}"
 
 
 def profile_then_cancel(page) -> None:

@@ -38,6 +38,21 @@ def test_upload_a_model_and_watch_the_run_finish(user, web, page):
     expect(page.locator("#fig-ops .main-svg").first).to_be_visible()
     expect(page.locator("#fig-flops-node .main-svg").first).to_be_visible()
     assert "Counted from the graph" in page.locator("#analysis .provenance").inner_text()
+    # The page runs under its Content-Security-Policy (the page fixture fails on any
+    # violation); deleting asks first, from a script file, not an inline handler.
+    page.click("#run h1 a")
+    csp = page.evaluate(
+        "() => fetch(location.href).then(r => r.headers.get('content-security-policy'))"
+    )
+    assert "script-src 'self'" in csp and "unsafe-eval" not in csp
+    questions = []
+    page.once("dialog", lambda d: (questions.append(d.message), d.dismiss()))
+    page.click("button.danger")
+    assert questions == ["Delete this model and its runs?"]
+    assert "/models/" in page.url  # dismissed: still here
+    page.once("dialog", lambda d: d.accept())
+    page.click("button.danger")
+    expect(page.locator(".messages")).to_contain_text("Deleted light_squeezenet.onnx")
 
 
 def test_progress_updates_live_and_cancel_works(user, web, page):

@@ -15,6 +15,13 @@ def error_response(code: str, message: str, http_status: int, detail=None) -> Re
 
 
 def exception_handler(exc, context):
+    from workbench.limits import LimitExceeded, limit_status
+
+    if isinstance(exc, LimitExceeded):
+        response = error_response(exc.code, exc.message, limit_status(exc))
+        if exc.retry_after_s:
+            response["Retry-After"] = str(exc.retry_after_s)
+        return response
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -1,8 +1,8 @@
 from django.urls import include, path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from workbench.api import views
+from workbench.tokens import TokenView
 
 router = DefaultRouter()
 router.register("models", views.ModelViewSet, basename="api-model")
@@ -11,6 +11,6 @@ router.register("runs", views.RunViewSet, basename="api-run")
 router.register("artifacts", views.ArtifactViewSet, basename="api-artifact")
 
 urlpatterns = [
-    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("auth/token/", TokenView.as_view(), name="api-token"),
     path("", include(router.urls)),
 ]

@@ -1,0 +1,202 @@
+"""Rate limits and per-user quotas: what a stranger with an account (or without one) can make
+the workbench do, and how often.
+
+Rates are fixed windows counted in Django's cache (Redis when ``REDIS_URL`` is set, so every
+web process counts together; the embedded profile's one web process uses its local memory).
+Each is configurable as ``WORKBENCH_RATE_<SCOPE>=<count>/<seconds>``:
+
+- ``login_failures``: failed sign-ins (web form and token endpoint) per account name and
+  address; ``login_failures_ip``: per address whatever the name (credential stuffing);
+- ``signup``: accounts created per address; ``token``: token requests per address;
+- ``runs``: runs started per user; ``uploads``: models and input sets uploaded per user.
+
+Quotas (``WORKBENCH_MAX_ACTIVE_RUNS``, ``WORKBENCH_MAX_STORED_BYTES``) bound what one user
+can have queued or stored at once. A refusal says which limit, when to try again and what to
+do; the API answers 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+
+
+@dataclass(frozen=True)
+class Rate:
+    count: int
+    seconds: int
+
+    def describe(self) -> str:
+        return f"{self.count} per {_duration(self.seconds)}"
+
+
+DEFAULT_RATES = {
+    "login_failures": Rate(5, 900),
+    "login_failures_ip": Rate(30, 900),
+    "signup": Rate(5, 3600),
+    "token": Rate(20, 60),
+    "runs": Rate(60, 3600),
+    "uploads": Rate(100, 3600),
+}
+WHAT = {
+    "login_failures": "failed sign-ins for this account from this address",
+    "login_failures_ip": "failed sign-ins from this address",
+    "signup": "accounts created from this address",
+    "token": "token requests from this address",
+    "runs": "runs started",
+    "uploads": "uploads",
+}
+
+
+class LimitExceeded(Exception):
+    """A rate or a quota was reached; ``message`` says which and what to do."""
+
+    def __init__(self, message: str, *, code: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+def limit_status(exc: LimitExceeded) -> int:
+    """429 for a rate or the active-run quota (wait and retry), 403 for the storage quota
+    (waiting does not help)."""
+    return 403 if exc.code == "storage_quota" else 429
+
+
+class LimitMiddleware:
+    """A web page that hits a limit answers with the limit's message (and ``Retry-After``),
+    not a 500."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, LimitExceeded):
+            return None
+        from django.shortcuts import render
+
+        response = render(
+            request,
+            "workbench/limited.html",
+            {"message": exception.message},
+            status=limit_status(exception),
+        )
+        if exception.retry_after_s:
+            response["Retry-After"] = str(exception.retry_after_s)
+        return response
+
+
+def rate(scope: str) -> Rate:
+    raw = os.environ.get(f"WORKBENCH_RATE_{scope.upper()}")
+    if raw:
+        count, _, seconds = raw.partition("/")
+        try:
+            return Rate(max(int(count), 0), max(int(seconds), 1))
+        except ValueError:
+            pass  # a bad setting falls back to the default, never to no limit
+    return DEFAULT_RATES[scope]
+
+
+def _key(scope: str, ident: str, window: int) -> str:
+    return f"workbench-rate:{settings.RATE_NAMESPACE}:{scope}:{ident}:{window}"
+
+
+def _window(r: Rate) -> tuple[int, int]:
+    now = time.time()
+    window = int(now // r.seconds)
+    return window, max(1, math.ceil((window + 1) * r.seconds - now))
+
+
+def check(scope: str, ident: str) -> None:
+    """Raise :class:`LimitExceeded` when ``ident`` has used up ``scope``'s rate."""
+    r = rate(scope)
+    window, left_s = _window(r)
+    used = cache.get(_key(scope, ident, window), 0)
+    if used >= r.count:
+        raise LimitExceeded(
+            f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in "
+            f"{_duration(left_s)}.",
+            code="throttled",
+            retry_after_s=left_s,
+        )
+
+
+def record(scope: str, ident: str) -> None:
+    """Count one use of ``scope`` by ``ident``."""
+    r = rate(scope)
+    window, _ = _window(r)
+    key = _key(scope, ident, window)
+    if cache.add(key, 1, timeout=r.seconds + 5):
+        return
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=r.seconds + 5)
+
+
+def hit(scope: str, ident: str) -> None:
+    """:func:`check`, then :func:`record`: for actions counted whether or not they succeed."""
+    check(scope, ident)
+    record(scope, ident)
+
+
+def client_address(request) -> str:
+    """The address a request came from (the proxy's header only when configured to trust
+    it: ``WORKBENCH_TRUST_X_FORWARDED_FOR``)."""
+    if getattr(settings, "TRUST_X_FORWARDED_FOR", False):
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        if forwarded:
+            return forwarded.split(",")[0].strip()[:64]
+    return str(request.META.get("REMOTE_ADDR", "unknown"))[:64]
+
+
+def check_active_runs(user) -> None:
+    """Refuse a new run while the user has ``MAX_ACTIVE_RUNS`` queued or running."""
+    from workbench.models import ACTIVE, Run
+
+    limit = settings.MAX_ACTIVE_RUNS
+    active = Run.objects.filter(owner=user, status__in=ACTIVE).count()
+    if active >= limit:
+        raise LimitExceeded(
+            f"you have {active} runs queued or running, the most one account may have at "
+            f"once ({limit}). Wait for some to finish, or cancel some.",
+            code="too_many_active_runs",
+            retry_after_s=30,
+        )
+
+
+def check_storage(user, adding: int) -> None:
+    """Refuse an upload that would take the user's stored bytes over the quota."""
+    from django.db.models import Sum
+
+    from workbench.models import InputData, OnnxModel
+
+    limit = settings.MAX_STORED_BYTES
+    used = sum(
+        q.filter(owner=user).aggregate(total=Sum("size_bytes"))["total"] or 0
+        for q in (OnnxModel.objects, InputData.objects)
+    )
+    if used + adding > limit:
+        raise LimitExceeded(
+            f"this upload ({adding / 1e6:,.1f} MB) would take your stored files to "
+            f"{(used + adding) / 1e9:,.2f} GB, over your quota of {limit / 1e9:,.2f} GB. "
+            "Delete models or input sets you no longer need.",
+            code="storage_quota",
+        )
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds / 3600)} h"

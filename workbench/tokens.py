@@ -1,0 +1,90 @@
+"""API tokens: one per account, expiring ``WORKBENCH_TOKEN_DAYS`` after it was made,
+revoked through the API or the token page, and whenever the account's password changes."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db.models.signals import pre_save
+from django.utils import timezone
+from rest_framework import status
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from workbench.authentication import expires_at
+
+
+def describe(token: Token, current_key: str | None = None) -> dict:
+    return {
+        "key_ends_with": token.key[-4:],
+        "created": token.created.isoformat(),
+        "expires_at": expires_at(token).isoformat(),
+        "expired": expires_at(token) <= timezone.now(),
+        "current": token.key == current_key,
+    }
+
+
+def issue_token(user) -> Response:
+    """The account's token (a new one when it has none or it expired)."""
+    token = Token.objects.filter(user=user).first()
+    if token is not None and expires_at(token) <= timezone.now():
+        token.delete()
+        token = None
+    if token is None:
+        token = Token.objects.create(user=user)
+    return Response({"token": token.key, **describe(token, token.key)})
+
+
+def replace_token(user) -> Token:
+    Token.objects.filter(user=user).delete()
+    return Token.objects.create(user=user)
+
+
+class TokenView(APIView):
+    """``/api/v1/auth/token/``. POST ``{"username", "password"}`` (no token needed): the
+    account's token, under the sign-in limits (``workbench.auth_views.obtain_token``);
+    GET: the account's tokens (never their keys); DELETE: revoke them (every CI pipeline
+    using them is signed out)."""
+
+    def initialize_request(self, request, *args, **kwargs):
+        self._signing_in = request.method == "POST"
+        return super().initialize_request(request, *args, **kwargs)
+
+    def get_authenticators(self):
+        return [] if getattr(self, "_signing_in", False) else super().get_authenticators()
+
+    def get_permissions(self):
+        return [] if self._signing_in else [IsAuthenticated()]
+
+    def get(self, request):
+        current = getattr(request.auth, "key", None)
+        tokens = Token.objects.filter(user=request.user)
+        return Response({"results": [describe(t, current) for t in tokens]})
+
+    def delete(self, request):
+        Token.objects.filter(user=request.user).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def post(self, request):
+        from workbench.auth_views import obtain_token
+
+        return obtain_token(request)
+
+
+def revoke_on_password_change(sender, instance, **kwargs) -> None:
+    """A password change (own page, admin, ``changepassword``) revokes the API tokens: who
+    had the old password may have made one."""
+    if instance.pk is None:
+        return
+    old = sender.objects.filter(pk=instance.pk).values_list("password", flat=True).first()
+    if old is not None and old != instance.password:
+        Token.objects.filter(user_id=instance.pk).delete()
+
+
+def connect() -> None:
+    pre_save.connect(
+        revoke_on_password_change,
+        sender=get_user_model(),
+        dispatch_uid="workbench-revoke-tokens-on-password-change",
+    )
