@@ -9,10 +9,11 @@ class WorkbenchConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from workbench import tokens
+        from workbench import storage_hygiene, tokens
         from workbench.presets import on_post_migrate
         from workbench.samples import on_user_created
 
         post_migrate.connect(on_post_migrate, sender=self)
         post_save.connect(on_user_created, sender=settings.AUTH_USER_MODEL)
         tokens.connect()
+        storage_hygiene.connect()
