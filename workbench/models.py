@@ -141,6 +141,10 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A retry is a new run: the stages that succeeded are kept from this one, the rest run.
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

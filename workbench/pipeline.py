@@ -22,7 +22,7 @@ from engine.stages import STAGES, RunOptions
 from workbench import limits
 from workbench.celery import app
 from workbench.events import publish_run
-from workbench.models import ACTIVE, OnnxModel, Run, StageResult, Status, Target
+from workbench.models import ACTIVE, Artifact, OnnxModel, Run, StageResult, Status, Target
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,70 @@ def create_run(
         first = run.stages.order_by("position").first()
         transaction.on_commit(lambda: enqueue_stage(first))
     return run
+
+
+class RetryRefused(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+KEPT_ON_RETRY = (Status.SUCCEEDED, Status.NOT_APPLICABLE)
+
+
+def retry_run(run: Run) -> Run:
+    """A new attempt at a failed or cancelled run: a new run (``retry_of`` the old one, which
+    stays as it was) with the same model, target and options, where every stage that
+    succeeded (or did not apply) is kept with its result and artifacts, and the others run
+    again. Counts against the run limits like any run."""
+    if run.status not in (Status.FAILED, Status.CANCELLED):
+        raise RetryRefused(
+            f"only a failed or cancelled run can be retried; run {run.pk} is {run.status}"
+        )
+    limits.check_active_runs(run.owner)
+    limits.hit("runs", str(run.owner.pk))
+    now = timezone.now()
+    with transaction.atomic():
+        new = Run.objects.create(
+            owner=run.owner,
+            model=run.model,
+            target=run.target,
+            config=run.config,
+            retry_of=run,
+        )
+        for old in run.stages.order_by("position"):
+            kept = old.status in KEPT_ON_RETRY
+            StageResult.objects.create(
+                run=new,
+                stage=old.stage,
+                position=old.position,
+                status=old.status if kept else Status.QUEUED,
+                progress=1.0 if kept else 0.0,
+                message=f"kept from run {run.pk}" if kept else "",
+                result=old.result if kept else None,
+                started_at=old.started_at if kept else None,
+                finished_at=old.finished_at if kept else None,
+                worker=old.worker if kept else "",
+            )
+            if kept:
+                for artifact in old.run.artifacts.filter(stage=old.stage):
+                    Artifact.objects.create(
+                        run=new,
+                        stage=artifact.stage,
+                        kind=artifact.kind,
+                        file=artifact.file,  # the same stored file, now used by two rows
+                        name=artifact.name,
+                        sha256=artifact.sha256,
+                        size_bytes=artifact.size_bytes,
+                    )
+        if not new.stages.filter(status=Status.QUEUED).exists():
+            Run.objects.filter(pk=new.pk).update(
+                status=Status.SUCCEEDED, progress=1.0, started_at=now, finished_at=now
+            )
+        else:
+            _advance(new.pk, now)
+    publish_run(new.pk)
+    return new
 
 
 def run_options(run: Run) -> RunOptions:

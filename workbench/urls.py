@@ -30,6 +30,7 @@ urlpatterns = [
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
+    path("runs/<int:pk>/retry/", views.run_retry, name="run-retry"),
     path(
         "runs/<int:pk>/save-calibration/",
         views.run_save_calibration,

@@ -178,6 +178,7 @@ def run_detail(request, pk: int):
             "snapshot": run_snapshot(run),
             "presentations": presentations,
             "artifacts": run.artifacts.all(),
+            "retries": run.retries.order_by("pk"),
         },
     )
 
@@ -221,6 +222,19 @@ def run_cancel(request, pk: int):
     else:
         messages.warning(request, f"Run {run.pk} had already finished ({run.status}).")
     return HttpResponseRedirect(reverse("run-detail", args=[run.pk]))
+
+
+@login_required
+@require_POST
+def run_retry(request, pk: int):
+    run = get_object_or_404(Run, pk=pk, owner=request.user)
+    try:
+        new = pipeline.retry_run(run)
+    except pipeline.RetryRefused as e:
+        messages.warning(request, e.message)
+        return HttpResponseRedirect(reverse("run-detail", args=[run.pk]))
+    messages.info(request, f"Run {new.pk} retries run {run.pk}.")
+    return HttpResponseRedirect(reverse("run-detail", args=[new.pk]))
 
 
 @login_required

@@ -203,7 +203,17 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "model", "target", "config", "status", "progress", "snapshot", "created_at"]
+        fields = [
+            "id",
+            "model",
+            "target",
+            "config",
+            "status",
+            "progress",
+            "retry_of",
+            "snapshot",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_snapshot(self, obj: Run) -> dict:

@@ -168,6 +168,18 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = self.get_serializer(run).data
         return Response(body, status=status.HTTP_200_OK if cancelled else status.HTTP_409_CONFLICT)
 
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """A new attempt (201): stages that succeeded are kept, the others run again; 409
+        when the run is not failed or cancelled."""
+        run = self.get_object()
+        try:
+            new = pipeline.retry_run(run)
+        except pipeline.RetryRefused as e:
+            return error_response("not_retryable", e.message, status.HTTP_409_CONFLICT)
+        new = self.get_queryset().get(pk=new.pk)
+        return Response(self.get_serializer(new).data, status=status.HTTP_201_CREATED)
+
     @action(detail=True, methods=["get"])
     def artifacts(self, request, pk=None):
         run = self.get_object()
