@@ -1,10 +1,12 @@
 """The web server as deployed (uvicorn, the app's ASGI stack) under oversized and hostile
 requests: bodies over the cap refused before they are read, a 500 MB upload streamed
-through in bounded memory, static paths that try to leave the static directories."""
+through in bounded memory, static paths that try to leave the static directories, run
+websockets opened by someone other than the run's owner."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import time
 from urllib.parse import urlparse
@@ -12,7 +14,7 @@ from urllib.parse import urlparse
 import pytest
 from rest_framework.authtoken.models import Token
 
-from tests.conftest import start_web_server
+from tests.conftest import SQUEEZENET, start_web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,3 +142,39 @@ def test_a_static_path_that_leaves_the_static_directories_is_not_found(web_serve
         response = raw_request(web_server, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert response.startswith(("HTTP/1.1 404", "HTTP/1.1 400")), (path, response[:200])
         assert "SECRET_KEY" not in response and "django" not in response.lower()[:2000]
+
+
+def test_a_run_websocket_admits_its_owner_only(web_server, user, other_user):
+    """Progress streams to the run's owner; an anonymous client and another account are
+    refused at the handshake and receive nothing."""
+    from django.test import Client
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from workbench.models import Run, Target
+    from workbench.uploads import store_model_file
+
+    model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
+    run = Run.objects.create(
+        owner=user, model=model, target=Target.objects.get(name="host"), config={}
+    )
+    ws_url = web_server.replace("http://", "ws://") + f"/ws/runs/{run.pk}/"
+    origin = web_server
+
+    def session_cookie(account) -> str:
+        client = Client()
+        client.force_login(account)
+        return f"sessionid={client.cookies['sessionid'].value}"
+
+    for headers in ({}, {"Cookie": session_cookie(other_user)}):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url, origin=origin, additional_headers=headers, open_timeout=10)
+        assert refused.value.response.status_code == 403
+    with connect(
+        ws_url,
+        origin=origin,
+        additional_headers={"Cookie": session_cookie(user)},
+        open_timeout=10,
+    ) as ws:
+        first = json.loads(ws.recv(timeout=10))
+    assert first["type"] == "snapshot" and first["run"]["id"] == run.pk

@@ -56,9 +56,15 @@ def test_upload_stores_model_content_addressed_and_once(api, _media_root):
 @pytest.mark.parametrize(
     ("data", "fragment"),
     [
-        (b"", "empty"),
-        (b"this is a text file, not a model\n" * 10, "not an ONNX model"),
-        (SQUEEZENET.read_bytes()[:7000], ""),  # truncated mid-graph
+        (b"", "the file is empty (0 bytes): upload an .onnx model file"),
+        (
+            b"this is a text file, not a model\n" * 10,
+            "not an ONNX model: the file does not parse as an ONNX protobuf",
+        ),
+        (  # truncated mid-graph
+            SQUEEZENET.read_bytes()[:7000],
+            "not an ONNX model: the file does not parse as an ONNX protobuf",
+        ),
     ],
     ids=["empty", "not-onnx", "truncated"],
 )
@@ -66,8 +72,7 @@ def test_bad_files_are_refused_with_a_message_and_nothing_kept(api, _media_root,
     response = upload(api, data)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["message"]
-    assert fragment in error["message"]
+    assert error["message"].startswith(fragment), error
     assert OnnxModel.objects.count() == 0
     assert stored_files(_media_root) == []
 
