@@ -20,10 +20,21 @@ from workbench.events import publish_run
 log = logging.getLogger(__name__)
 
 
+class StageTimedOut(Cancelled):
+    """The stage ran past its time limit (raised from the progress callback, so it leaves
+    the engine the way a cancel does, through whatever the engine catches)."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"the stage ran past its {limit_s:g} s limit")
+        self.limit_s = limit_s
+
+
 class ProgressSink:
-    def __init__(self, stage_id: int, run_id: int) -> None:
+    def __init__(self, stage_id: int, run_id: int, time_limit_s: float | None = None) -> None:
         self.stage_id = stage_id
         self.run_id = run_id
+        self.time_limit_s = time_limit_s
+        self._deadline = time.monotonic() + time_limit_s if time_limit_s else None
         self.min_interval_s = settings.PROGRESS_MIN_INTERVAL_SECONDS
         self._last_write = 0.0
         self._last_message = ""
@@ -37,6 +48,10 @@ class ProgressSink:
         if self._stopped.is_set():
             raise Cancelled("the run was cancelled")
         now = time.monotonic()
+        if self._deadline is not None and now > self._deadline:
+            # Celery's soft limit too, but an engine that catches broad exceptions around a
+            # step could swallow its SoftTimeLimitExceeded; this one it lets through.
+            raise StageTimedOut(self.time_limit_s)
         if message == self._last_message and now - self._last_write < self.min_interval_s:
             return
         self._last_write, self._last_message = now, message

@@ -11,10 +11,9 @@ from celery.signals import celeryd_after_setup, worker_ready
 
 from engine.contract import NotApplicable
 from engine.errors import Cancelled, EngineError
-from engine.stages import STAGES
 from jobs import runner
 from jobs.policy import TRANSIENT_ERRORS, WorkbenchTask
-from jobs.progress import Heartbeat, ProgressSink
+from jobs.progress import Heartbeat, ProgressSink, StageTimedOut
 from jobs.registry import machine_queue, register_machine
 from workbench import pipeline
 from workbench.celery import app
@@ -28,10 +27,19 @@ def run_stage(self, stage_id: int) -> str:
     stage = pipeline.claim_stage(stage_id, worker=self.request.hostname or socket.gethostname())
     if stage is None:
         return "not claimed"
-    sink = ProgressSink(stage.pk, stage.run_id)
+    # the limit the message carried (enqueue_stage sets it from the stage registry)
+    limit = (self.request.timelimit or (None, None))[1] or pipeline.stage_time_limit(stage.stage)
+    sink = ProgressSink(stage.pk, stage.run_id, time_limit_s=limit)
     with Heartbeat(stage.pk, sink):
         try:
             result = runner.run(stage, sink)
+        except (SoftTimeLimitExceeded, StageTimedOut):
+            pipeline.fail_stage(
+                stage.pk,
+                code="time_limit",
+                message=f"the {stage.stage} stage ran past its {limit:g} s limit and was stopped",
+            )
+            return "failed"
         except Cancelled:
             return "cancelled"
         except NotApplicable as e:  # not a failure: the stages after it run
@@ -44,14 +52,6 @@ def run_stage(self, stage_id: int) -> str:
             return "failed"
         except EngineError as e:  # a verdict on the input: deterministic, never retried
             pipeline.fail_stage(stage.pk, code=e.code, message=_said(e))
-            return "failed"
-        except SoftTimeLimitExceeded:
-            limit = STAGES[stage.stage].time_limit_s
-            pipeline.fail_stage(
-                stage.pk,
-                code="time_limit",
-                message=f"the {stage.stage} stage ran past its {limit} s limit and was stopped",
-            )
             return "failed"
         except TRANSIENT_ERRORS:
             pipeline.release_stage(stage.pk)

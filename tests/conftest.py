@@ -153,7 +153,7 @@ def start_worker(live_settings, transactional_db, tmp_path):
     """Start real Celery workers (prefork, one process) consuming the test's queue."""
     started: list[ServiceProcess] = []
 
-    def start() -> ServiceProcess:
+    def start(**env: str) -> ServiceProcess:
         worker = ServiceProcess(
             "worker",
             [
@@ -174,7 +174,7 @@ def start_worker(live_settings, transactional_db, tmp_path):
                 "--without-gossip",
                 "--without-mingle",
             ],
-            service_env(live_settings),
+            service_env(live_settings, **env),
             tmp_path,
         )
         started.append(worker)

@@ -141,8 +141,14 @@ def queue_for(target: Target) -> str:
     return target.queue or settings.CELERY_TASK_DEFAULT_QUEUE
 
 
+def stage_time_limit(name: str) -> float:
+    """A stage's time limit: ``WORKBENCH_TIME_LIMIT_<STAGE>`` seconds when set, else the
+    stage registry's."""
+    return settings.STAGE_TIME_LIMITS.get(name) or STAGES[name].time_limit_s
+
+
 def enqueue_stage(stage: StageResult) -> None:
-    limit = STAGES[stage.stage].time_limit_s
+    limit = stage_time_limit(stage.stage)
     result = app.send_task(
         RUN_STAGE_TASK,
         args=[stage.pk],

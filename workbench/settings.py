@@ -9,6 +9,7 @@ Production sets DATABASE_URL (PostgreSQL), CELERY_BROKER_URL (RabbitMQ) and REDI
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 from workbench.env import (
@@ -190,6 +191,12 @@ PROGRESS_MIN_INTERVAL_SECONDS = env_float("WORKBENCH_PROGRESS_INTERVAL", 0.5, mi
 SAMPLE_MODELS = env_bool("WORKBENCH_SAMPLE_MODELS", True)
 
 # Analysis limits (passed to the engine).
+# Stage time limits, seconds (WORKBENCH_TIME_LIMIT_COMPILE=7200): default, the registry's
+STAGE_TIME_LIMITS = {
+    _name.removeprefix("WORKBENCH_TIME_LIMIT_").lower(): env_float(_name, 0.0)
+    for _name in os.environ
+    if _name.startswith("WORKBENCH_TIME_LIMIT_")
+}
 # Abuse limits (workbench/limits.py): quotas per account; rates via WORKBENCH_RATE_<SCOPE>.
 MAX_ACTIVE_RUNS = env_int("WORKBENCH_MAX_ACTIVE_RUNS", 20, minimum=1)
 MAX_STORED_BYTES = env_int("WORKBENCH_MAX_STORED_BYTES", 20 << 30, minimum=1)
