@@ -2,9 +2,14 @@
 
 import os
 
+from django.conf import settings  # noqa: E402 - lazy: nothing is read yet
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
+if not settings.configured:
+    # The web server: no persistent database connections here (workbench/env.py). A process
+    # that set Django up before importing this module (a test) keeps its own.
+    os.environ["WORKBENCH_ASGI"] = "1"
 django_http = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first

@@ -29,7 +29,9 @@ class RunProgressConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def run_progress(self, event: dict) -> None:
-        await self.send_json({"type": "progress", "run": event["run"]})
+        await self.send_json(
+            {"type": "progress", "run": event["run"], "sent_at": event.get("sent_at")}
+        )
 
     @database_sync_to_async
     def _owns_run(self, user) -> bool:

@@ -86,16 +86,28 @@ def database_from_url(url: str, *, base_dir: Path) -> dict:
         name = unquote(parsed.path.lstrip("/"))
         if not name:
             raise ImproperlyConfigured(f"DATABASE_URL={url!r} names no database")
-        return {
+        entry = {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": name,
             "USER": unquote(parsed.username or ""),
             "PASSWORD": unquote(parsed.password or ""),
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
-            "CONN_MAX_AGE": 60,
+            "CONN_MAX_AGE": 60,  # a worker keeps its connection
             "CONN_HEALTH_CHECKS": True,
         }
+        if os.environ.get("WORKBENCH_ASGI"):
+            # The web server (workbench/asgi.py) runs each request in a thread of its own:
+            # a connection kept per thread piled up to "too many clients" at 50 concurrent
+            # API clients, and one opened per request cost its setup every time. A pool
+            # bounds them (a request waits for a free connection) and keeps them open.
+            size = int(os.environ.get("WORKBENCH_DB_POOL", "20"))
+            entry.update(
+                CONN_MAX_AGE=0,
+                CONN_HEALTH_CHECKS=False,
+                OPTIONS={"pool": {"min_size": 2, "max_size": max(size, 2), "timeout": 30}},
+            )
+        return entry
     raise ImproperlyConfigured(
         f"DATABASE_URL={url!r}: unsupported scheme {parsed.scheme!r} (use postgres:// or sqlite:///)"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -29,7 +30,9 @@ def publish_run(run_id: int) -> None:
         return
     try:
         async_to_sync(layer.group_send)(
-            run_group(run_id), {"type": "run.progress", "run": run_snapshot(run)}
+            run_group(run_id),
+            # sent_at: when it left, so a client can tell how late progress reaches it
+            {"type": "run.progress", "run": run_snapshot(run), "sent_at": time.time()},
         )
     except Exception:  # noqa: BLE001 - progress is best effort; the DB row already holds it
         log.warning("could not publish progress of run %s", run_id, exc_info=True)

@@ -92,11 +92,11 @@ def test_runs_survive_a_rabbitmq_restart(start_worker, user, model):
 def _block_database(blocked: bool) -> None:
     """Refuse (or allow again) connections to the test database, and drop every connection
     but this test's own: the worker sees the database gone, as in an outage."""
-    import psycopg2
+    import psycopg
 
     db = connection.settings_dict
     mine = connection.cursor().connection.info.backend_pid
-    admin = psycopg2.connect(
+    admin = psycopg.connect(
         dbname="postgres",
         user=db["USER"],
         password=db["PASSWORD"] or None,
