@@ -166,7 +166,10 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that
+                # channels_redis blocks in BZPOPMIN waiting for a message: the read raced the
+                # server's empty reply and a quiet websocket died with TimeoutError.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                 "prefix": env_str("WORKBENCH_CHANNEL_PREFIX", "workbench"),
             },
         }
