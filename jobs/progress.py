@@ -74,7 +74,10 @@ def hard_stop() -> None:
 class Heartbeat:
     """Background thread that proves the worker is alive while a stage runs, and notices
     when the stage was cancelled: it tells the sink, then ends the pool process if the
-    stage does not return within RUN_CANCEL_GRACE_SECONDS."""
+    stage does not return within RUN_CANCEL_GRACE_SECONDS. It also watches the process's
+    memory: past ``STAGE_MEMORY_LIMIT_BYTES`` the stage fails with ``memory_limit`` and is
+    stopped the same way (before the kernel's OOM killer takes the worker, and the run's
+    reason with it)."""
 
     def __init__(self, stage_id: int, sink: ProgressSink) -> None:
         self.stage_id = stage_id
@@ -91,6 +94,9 @@ class Heartbeat:
                 if not pipeline.beat(self.stage_id):
                     self.sink.stop()
                     break
+                if self._over_memory():
+                    self.sink.stop()
+                    break
             else:
                 return
         finally:
@@ -100,6 +106,26 @@ class Heartbeat:
         # Cancelled: the stage raises at its next progress report, unless it is stuck.
         if not self._done.wait(settings.RUN_CANCEL_GRACE_SECONDS) and _in_pool_child():
             hard_stop()
+
+    def _over_memory(self) -> bool:
+        limit = settings.STAGE_MEMORY_LIMIT_BYTES
+        if not limit:
+            return False
+        import psutil
+
+        rss = psutil.Process().memory_info().rss
+        if rss <= limit:
+            return False
+        pipeline.fail_stage(
+            self.stage_id,
+            code="memory_limit",
+            message=(
+                f"the stage used {rss / 1e9:.2f} GB of memory, over the worker's limit of "
+                f"{limit / 1e9:.2f} GB (WORKBENCH_STAGE_MEMORY_BYTES), and was stopped. Try "
+                "smaller input shapes or fewer options, or ask the administrator to raise it."
+            ),
+        )
+        return True
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()

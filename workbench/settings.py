@@ -200,6 +200,8 @@ STAGE_TIME_LIMITS = {
     for _name in os.environ
     if _name.startswith("WORKBENCH_TIME_LIMIT_")
 }
+# A stage whose worker process grows past this is stopped (jobs/progress.py); 0: no limit
+STAGE_MEMORY_LIMIT_BYTES = env_int("WORKBENCH_STAGE_MEMORY_BYTES", 0, minimum=0)
 # Abuse limits (workbench/limits.py): quotas per account; rates via WORKBENCH_RATE_<SCOPE>.
 MAX_ACTIVE_RUNS = env_int("WORKBENCH_MAX_ACTIVE_RUNS", 20, minimum=1)
 MAX_STORED_BYTES = env_int("WORKBENCH_MAX_STORED_BYTES", 20 << 30, minimum=1)

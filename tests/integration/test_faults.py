@@ -1,6 +1,6 @@
 """Faults against the real services, each bounded in time: a task message delivered twice,
 RabbitMQ restarted with runs queued and with a worker connected, PostgreSQL refusing the
-worker for 10 s in the middle of a stage, a stage past its time limit. After each: no run
+worker for 10 s in the middle of a stage, a stage past its time or memory limit. After each: no run
 stuck, none lost, none run twice. (A worker killed mid-stage: test_worker.py.)"""
 
 from __future__ import annotations
@@ -154,3 +154,16 @@ def test_a_stage_past_its_time_limit_is_stopped_and_says_so(
     stage = StageResult.objects.get(run=run, stage="profile")
     assert stage.error_code == "time_limit"
     assert "ran past its 3 s limit" in stage.error_message
+
+
+def test_a_stage_past_its_memory_limit_is_stopped_and_says_so(
+    live_settings, start_worker, user, model
+):
+    # 1 MB: any stage's process is over it at the first heartbeat
+    worker = start_worker(WORKBENCH_STAGE_MEMORY_BYTES=str(1 << 20))
+    run = start_run(user, model, ["profile"], window_s=60.0)
+    ended = finished(run, 120)
+    assert ended.status == "failed", worker.log()[-2000:]
+    stopped = StageResult.objects.filter(run=run, error_code="memory_limit")
+    assert stopped.exists(), list(StageResult.objects.filter(run=run).values("stage", "status"))
+    assert "over the worker's limit of 0.00 GB" in stopped.first().error_message
