@@ -282,26 +282,19 @@ def main() -> int:
         accounts = setup_accounts(args.clients)
         port = free_port()
         base, ws_base = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}"
-        from workbench.server import UVICORN_OPTIONS
+        from workbench.server import uvicorn_command
 
         logs = Path(var_dir)
         procs.append(
             start(
-                [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "--host",
+                uvicorn_command(
                     "127.0.0.1",
-                    "--port",
-                    str(port),
-                    *UVICORN_OPTIONS,
+                    port,
                     "--workers",
                     str(args.web_processes),
                     "--log-level",
                     "warning",
-                    "workbench.asgi:application",
-                ],
+                ),
                 env,
                 logs / "web.log",
             )

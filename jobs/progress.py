@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 
+import psutil
 from billiard.process import current_process
 from django.conf import settings
 from django.db import close_old_connections
@@ -111,8 +112,6 @@ class Heartbeat:
         limit = settings.STAGE_MEMORY_LIMIT_BYTES
         if not limit:
             return False
-        import psutil
-
         rss = psutil.Process().memory_info().rss
         if rss <= limit:
             return False

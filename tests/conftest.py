@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from workbench.server import UVICORN_OPTIONS
+from workbench.server import uvicorn_command
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT_DIR / "light_squeezenet.onnx"
@@ -203,17 +203,7 @@ def start_web_server(settings, log_dir: Path, **env: str) -> tuple[str, ServiceP
     port = free_port()
     server = ServiceProcess(
         "web",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *UVICORN_OPTIONS,
-            "workbench.asgi:application",
-        ],
+        uvicorn_command("127.0.0.1", port),
         service_env(settings, **env),
         log_dir,
     )

@@ -76,16 +76,23 @@ def find_orphans() -> Orphans:
             if p.is_file() and now - p.stat().st_mtime > SCRATCH_MAX_AGE_S
         ]
     sources = _referenced_sources()
-    prepared = _prepared_dir()
-    if prepared.exists():
-        for meta in prepared.glob("*.json"):
-            try:
-                source = json.loads(meta.read_text()).get("source_sha256")
-            except (OSError, ValueError):
-                source = None
-            if source not in sources:
-                found.files += [p for p in (meta, meta.with_suffix(".onnx")) if p.exists()]
+    found.files += _prepared_files(lambda source: source not in sources)
     return found
+
+
+def _prepared_files(drop) -> list[Path]:
+    """The prepared cache's files (``<key>.json`` and ``<key>.onnx``) of every entry whose
+    source sha256 ``drop(source)`` is true for (``None``: an unreadable entry)."""
+    prepared = _prepared_dir()
+    files: list[Path] = []
+    for meta in prepared.glob("*.json") if prepared.exists() else ():
+        try:
+            source = json.loads(meta.read_text()).get("source_sha256")
+        except (OSError, ValueError):
+            source = None
+        if drop(source):
+            files += [p for p in (meta, meta.with_suffix(".onnx")) if p.exists()]
+    return files
 
 
 def remove(paths: list[Path]) -> int:
@@ -120,13 +127,7 @@ def _forget_file(name: str, sha256: str | None = None) -> None:
             return
         paths = [_media() / name]
         if sha256 and sha256 not in _referenced_sources():
-            prepared = _prepared_dir()
-            for meta in prepared.glob("*.json") if prepared.exists() else ():
-                try:
-                    if json.loads(meta.read_text()).get("source_sha256") == sha256:
-                        paths += [meta, meta.with_suffix(".onnx")]
-                except (OSError, ValueError):
-                    continue
+            paths += _prepared_files(lambda source: source == sha256)
         freed = remove(paths)
         if freed:
             log.info("removed %s (%d bytes) with its last row", name, freed)

@@ -75,9 +75,9 @@ def load_inputs_npz(
     appears); no other array may be present. Raises :class:`InputDataError`.
     """
     path = Path(path)
-    model = load_model(model)
-    arrays = _read_npz(path, max_bytes, model)
-    check_feeds(arrays, model, where=path.name)
+    specs = [value_spec(v) for v in model_inputs(load_model(model))]
+    # checked from the headers before inflating; the arrays are what the headers declared
+    arrays = _read_npz(path, max_bytes, specs)
     return InputSet(feeds=arrays, source=f"npz:{path.name}")
 
 
@@ -93,25 +93,18 @@ def describe_inputs_npz(
     ``[{"name", "shape", "dtype"}]``. A web process checks uploads with this: its memory
     stays a few MB whatever the archive holds."""
     path = Path(path)
-    declared = _read_npz(path, max_bytes, specs=specs, keep=False)
+    declared = _read_npz(path, max_bytes, specs, keep=False)
     return [
         {"name": name, "shape": list(d.shape), "dtype": d.dtype.name}
         for name, d in declared.items()
     ]
 
 
-def check_feeds(
-    arrays: Mapping[str, np.ndarray], model: onnx.ModelProto, *, where: str = "inputs"
-) -> None:
-    """Raise :class:`InputDataError` listing every way ``arrays`` do not fit ``model``."""
-    check_feeds_against(arrays, [value_spec(v) for v in model_inputs(model)], where=where)
-
-
 def check_feeds_against(
     arrays: Mapping[str, np.ndarray], specs: list[TensorSpec], *, where: str = "inputs"
 ) -> None:
-    """:func:`check_feeds` against the model's input specs (what an upload's header
-    recorded), for a caller that has no parsed model at hand."""
+    """Raise :class:`InputDataError` listing every way ``arrays`` (or what .npz headers
+    declare) do not fit the model's input ``specs``."""
     expected = {s.name: s for s in specs}
     problems = [f"no array for input '{s.name}'" for s in specs if s.name not in arrays]
     problems += [f"array '{name}' is not a model input" for name in arrays if name not in expected]
@@ -231,16 +224,10 @@ class _Declared:
         return int(np.prod(self.shape, dtype=object)) * self.dtype.itemsize
 
 
-def _read_npz(
-    path: Path,
-    max_bytes: int,
-    model: onnx.ModelProto | None = None,
-    *,
-    specs: list[TensorSpec] | None = None,
-    keep: bool = True,
-) -> dict:
-    """The archive's arrays. Every member is checked by name and by the shape and dtype its
-    header declares (against ``max_bytes`` and, given ``model``, against its inputs) before
+def _read_npz(path: Path, max_bytes: int, specs: list[TensorSpec], *, keep: bool = True) -> dict:
+    """The archive's arrays (with ``keep=False``: what their headers declare, each member
+    inflated in chunks and dropped). Every member is checked by name and by the shape and
+    dtype its header declares (against ``max_bytes`` and the model's input ``specs``) before
     any member is inflated, so a small archive declaring huge arrays (a decompression bomb)
     costs a few KB of reading, not the arrays."""
     if not path.is_file():
@@ -276,10 +263,7 @@ def _read_npz(
                     f"{max_bytes / 1e9:.1f} GB an input upload may hold",
                     hint="Upload fewer or smaller inputs.",
                 )
-            if model is not None:
-                check_feeds(declared, model, where=path.name)
-            if specs is not None:
-                check_feeds_against(declared, specs, where=path.name)
+            check_feeds_against(declared, specs, where=path.name)
             if not keep:
                 for member in members:
                     with archive.open(member) as f:

@@ -11,7 +11,8 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
 from engine.stages import RunOptions
-from tests.conftest import SQUEEZENET, wait_until
+from tests.conftest import wait_until
+from tests.integration.runs import start_run
 from workbench import pipeline
 from workbench.asgi import application
 from workbench.models import Run, StageResult, Target
@@ -22,20 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 # The longest profile window the options allow: a stage that outlasts every wait below, so
 # a cancel that does not stop it, or a redelivered stage run again, keeps the worker busy.
 LONG_WINDOW_S = 120.0
-
-
-@pytest.fixture
-def model(user):
-    return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
-
-
-def start_run(user, model, stages, **options) -> Run:
-    return pipeline.create_run(
-        owner=user,
-        model=model,
-        target=Target.objects.get(name="host"),
-        options=RunOptions.from_dict(stages, {"profile": options}),
-    )
 
 
 def stage_status(run: Run, stage: str) -> str:

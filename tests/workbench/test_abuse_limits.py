@@ -21,20 +21,6 @@ from workbench.uploads import store_model_file
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    return sent
-
-
-@pytest.fixture
-def api(user):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
-
-
 def sign_in(client, password: str):
     return client.post("/accounts/login/", {"username": "alice", "password": password})
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from tests.conftest import SQUEEZENET
 from workbench.models import InputData, OnnxModel, Run, StageResult, Target
@@ -43,18 +41,6 @@ def deep(levels: int) -> str:
 
 
 @pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    return sent
-
-
-@pytest.fixture
-def model(user):
-    return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
-
-
-@pytest.fixture
 def others(other_user):
     """Another user's model and run: ids a hostile user can guess."""
     model = store_model_file(SQUEEZENET, owner=other_user, name="theirs.onnx")
@@ -65,13 +51,6 @@ def others(other_user):
         config={"stages": ["analyze"]},
     )
     return model, run
-
-
-@pytest.fixture
-def api(user):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
 
 
 def state(media: Path) -> dict:

@@ -16,13 +16,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    return sent
-
-
-@pytest.fixture
 def failed_run(user):
     model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
     run = Run.objects.create(

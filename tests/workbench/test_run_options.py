@@ -4,33 +4,10 @@ option is a 400 naming the field, at the API and in the form, and nothing is enq
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
-from tests.conftest import SQUEEZENET
 from workbench.models import Run
-from workbench.uploads import store_model_file
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def enqueued(monkeypatch):
-    sent = []
-    monkeypatch.setattr("workbench.pipeline.enqueue_stage", sent.append)
-    return sent
-
-
-@pytest.fixture
-def model(user):
-    return store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
-
-
-@pytest.fixture
-def api(user):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
 
 
 @pytest.mark.parametrize(

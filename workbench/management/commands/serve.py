@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from workbench.presets import ensure_presets
-from workbench.server import UVICORN_OPTIONS
+from workbench.server import uvicorn_command
 
 
 class Command(BaseCommand):
@@ -42,6 +42,8 @@ class Command(BaseCommand):
             "worker": _spawn(
                 "worker",
                 [
+                    sys.executable,
+                    "-m",
                     "celery",
                     "-A",
                     "jobs",
@@ -57,18 +59,7 @@ class Command(BaseCommand):
                     "info",
                 ],
             ),
-            "web": _spawn(
-                "web",
-                [
-                    "uvicorn",
-                    "--host",
-                    host,
-                    "--port",
-                    str(port),
-                    *UVICORN_OPTIONS,
-                    "workbench.asgi:application",
-                ],
-            ),
+            "web": _spawn("web", uvicorn_command(host, port)),
         }
         url = f"http://{host}:{port}/"
         stop = {"now": False}
@@ -134,8 +125,6 @@ class Command(BaseCommand):
         raise SystemExit(f"the web server did not answer at {url} within {timeout_s:.0f} s")
 
 
-def _spawn(name: str, module_args: list[str]) -> subprocess.Popen:
+def _spawn(name: str, command: list[str]) -> subprocess.Popen:
     log = open(settings.VAR_DIR / "log" / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
-    return subprocess.Popen(
-        [sys.executable, "-m", *module_args], stdout=log, stderr=subprocess.STDOUT
-    )
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
