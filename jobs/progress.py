@@ -41,6 +41,10 @@ class ProgressSink:
         self._last_message = ""
         self._stopped = threading.Event()
 
+    def past_deadline(self) -> bool:
+        """The stage's time limit has passed (whatever error the engine made of it)."""
+        return self._deadline is not None and time.monotonic() > self._deadline
+
     def stop(self) -> None:
         """Called by the heartbeat when it finds the stage no longer running."""
         self._stopped.set()

@@ -34,12 +34,7 @@ def run_stage(self, stage_id: int) -> str:
         try:
             result = runner.run(stage, sink)
         except (SoftTimeLimitExceeded, StageTimedOut):
-            pipeline.fail_stage(
-                stage.pk,
-                code="time_limit",
-                message=f"the {stage.stage} stage ran past its {limit:g} s limit and was stopped",
-            )
-            return "failed"
+            return _timed_out(stage, limit)
         except Cancelled:
             return "cancelled"
         except NotApplicable as e:  # not a failure: the stages after it run
@@ -51,12 +46,16 @@ def run_stage(self, stage_id: int) -> str:
             pipeline.fail_stage(stage.pk, code=e.error.code, message=_said(e.error), skip_all=True)
             return "failed"
         except EngineError as e:  # a verdict on the input: deterministic, never retried
+            if _hit_time_limit(e, sink):  # an engine step wrapped Celery's soft limit
+                return _timed_out(stage, limit)
             pipeline.fail_stage(stage.pk, code=e.code, message=_said(e))
             return "failed"
         except TRANSIENT_ERRORS:
             pipeline.release_stage(stage.pk)
             raise
         except Exception as e:  # noqa: BLE001 - any other failure is reported, not lost
+            if _hit_time_limit(e, sink):
+                return _timed_out(stage, limit)
             log.exception("stage %s of run %s crashed", stage.stage, stage.run_id)
             pipeline.fail_stage(
                 stage.pk,
@@ -67,6 +66,25 @@ def run_stage(self, stage_id: int) -> str:
             return "failed"
     pipeline.finish_stage(stage, result=result)
     return "succeeded"
+
+
+def _hit_time_limit(error: BaseException, sink: ProgressSink) -> bool:
+    """The stage's time limit, under whatever error an engine step made of it."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, SoftTimeLimitExceeded | StageTimedOut):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return sink.past_deadline()
+
+
+def _timed_out(stage, limit: float) -> str:
+    pipeline.fail_stage(
+        stage.pk,
+        code="time_limit",
+        message=f"the {stage.stage} stage ran past its {limit:g} s limit and was stopped",
+    )
+    return "failed"
 
 
 def _said(error: EngineError) -> str:
