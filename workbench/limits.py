@@ -110,37 +110,60 @@ def _key(scope: str, ident: str, window: int) -> str:
     return f"workbench-rate:{settings.RATE_NAMESPACE}:{scope}:{ident}:{window}"
 
 
-def _window(r: Rate) -> tuple[int, int]:
-    now = time.time()
+def _window(r: Rate, now: float) -> tuple[int, float]:
+    """The fixed window ``now`` falls in, and how far into it (0..1)."""
     window = int(now // r.seconds)
-    return window, max(1, math.ceil((window + 1) * r.seconds - now))
+    return window, now / r.seconds - window
 
 
-def check(scope: str, ident: str) -> None:
-    """Raise :class:`LimitExceeded` when ``ident`` has used up ``scope``'s rate."""
+def _counts(scope: str, ident: str, window: int) -> tuple[int, int]:
+    keys = [_key(scope, ident, window), _key(scope, ident, window - 1)]
+    counts = cache.get_many(keys)
+    return int(counts.get(keys[0], 0)), int(counts.get(keys[1], 0))
+
+
+def check(scope: str, ident: str, now: float | None = None) -> None:
+    """Raise :class:`LimitExceeded` when ``ident`` has used up ``scope``'s rate.
+
+    The count is a sliding window: this fixed window's uses plus the previous window's
+    weighted by how much of it still lies within the last ``seconds``. (A plain fixed window
+    resets at its boundary and lets twice the rate through across it.)"""
     r = rate(scope)
-    window, left_s = _window(r)
-    used = cache.get(_key(scope, ident, window), 0)
-    if used >= r.count:
-        raise LimitExceeded(
-            f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in "
-            f"{_duration(left_s)}.",
-            code="throttled",
-            retry_after_s=left_s,
-        )
+    now = time.time() if now is None else now
+    window, into = _window(r, now)
+    current, previous = _counts(scope, ident, window)
+    if current + previous * (1.0 - into) + 1 <= r.count + 1e-9:
+        return
+    # When one more use fits: later in this window as the previous window's share decays,
+    # or, if this window alone is full, in the next one once this window's share has.
+    if r.count == 0:
+        free_at = into + 1.0  # turned off: say one window, never "now"
+    elif current + 1 <= r.count:
+        free_at = (current + previous + 1 - r.count) / previous
+    else:
+        free_at = 1.0 + (current + 1 - r.count) / current
+    left_s = max(1, math.ceil((free_at - into) * r.seconds))
+    raise LimitExceeded(
+        f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in "
+        f"{_duration(left_s)}.",
+        code="throttled",
+        retry_after_s=left_s,
+    )
 
 
-def record(scope: str, ident: str) -> None:
+def record(scope: str, ident: str, now: float | None = None) -> None:
     """Count one use of ``scope`` by ``ident``."""
     r = rate(scope)
-    window, _ = _window(r)
+    now = time.time() if now is None else now
+    window, _ = _window(r, now)
     key = _key(scope, ident, window)
-    if cache.add(key, 1, timeout=r.seconds + 5):
+    timeout = 2 * r.seconds + 5  # read again as the previous window
+    if cache.add(key, 1, timeout=timeout):
         return
     try:
         cache.incr(key)
     except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=r.seconds + 5)
+        cache.add(key, 1, timeout=timeout)
 
 
 def hit(scope: str, ident: str) -> None:

@@ -188,3 +188,28 @@ def test_a_password_change_revokes_the_api_token(user):
     assert Token.objects.filter(user=user).count() == 1
     web.post("/accounts/token/", {"action": "revoke"})
     assert not Token.objects.filter(user=user).exists()
+
+
+def test_a_rate_holds_across_its_window_boundary(monkeypatch):
+    """Sliding window: five uses just before an hour boundary still count just after it (a
+    fixed window would reset and let five more through), and decay over the next hour."""
+    from workbench import limits
+
+    monkeypatch.setenv("WORKBENCH_RATE_SIGNUP", "5/3600")
+    boundary = 1_000 * 3600.0
+    for _ in range(5):
+        limits.check("signup", "1.2.3.4", now=boundary - 1)
+        limits.record("signup", "1.2.3.4", now=boundary - 1)
+    with pytest.raises(limits.LimitExceeded) as refused:
+        limits.check("signup", "1.2.3.4", now=boundary + 1)
+    # One use is free again once a fifth of the previous window's count has decayed.
+    assert 719 <= refused.value.retry_after_s <= 721
+    with pytest.raises(limits.LimitExceeded):
+        limits.check("signup", "1.2.3.4", now=boundary + 700)
+    limits.check("signup", "1.2.3.4", now=boundary + 730)
+    limits.check("signup", "5.6.7.8", now=boundary + 1)  # another address is unaffected
+    # A rate of 0 refuses everything and says when to look again, not "now".
+    monkeypatch.setenv("WORKBENCH_RATE_SIGNUP", "0/60")
+    with pytest.raises(limits.LimitExceeded) as off:
+        limits.check("signup", "9.9.9.9", now=boundary)
+    assert off.value.retry_after_s >= 1
