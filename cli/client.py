@@ -1,7 +1,13 @@
-"""REST client subcommands for CI pipelines: submit a model, wait for the run, gate on it.
+"""REST client subcommands for CI pipelines: submit a model, wait for the run, gate on it,
+compare runs.
+
+Gates (``--gate``) are conditions on a run's headline figures, checked by
+:mod:`engine.report.gates` on the figures the server reports (``GET runs/{id}/figures/``),
+absolute or against a baseline run (``--baseline``). ``--junit`` writes one test case per
+stage and per gate; ``--summary`` the whole report as JSON.
 
 Exit codes: 0 success, 2 bad input or usage, 1 internal or connection error, 3 the run
-failed, was cancelled, or broke a --max-* threshold (so a CI job can tell them apart).
+failed, was cancelled, or broke a gate (so a CI job can tell them apart).
 """
 
 from __future__ import annotations
@@ -15,7 +21,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from datetime import datetime
 from pathlib import Path
+
+from cli.junit import junit_xml
+from engine.report.gates import GateError, evaluate, parse_gate
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -100,9 +110,24 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     gates = argparse.ArgumentParser(add_help=False)
     gates.add_argument("--timeout", type=float, default=3600, help="seconds to wait (default 3600)")
-    gates.add_argument("--max-latency-ms", type=float, help="fail if the measured median is higher")
-    gates.add_argument("--max-params", type=float, help="fail if the model has more parameters")
-    gates.add_argument("--max-macs", type=float, help="fail if the model needs more MACs")
+    gates.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a condition on a result figure, e.g. 'accuracy.cosine>=0.999', "
+        "'profile.latency_ms<=1.05*baseline', 'memory.arena_bytes<=64e6' (repeatable); "
+        "the figures are listed by 'workbench figures RUN'",
+    )
+    gates.add_argument("--baseline", type=int, metavar="RUN", help="run that 'baseline' means")
+    gates.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
+    gates.add_argument("--summary", type=Path, metavar="FILE", help="write the report as JSON")
+    gates.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    gates.add_argument(
+        "--max-latency-ms", type=float, help="short for --gate profile.latency_ms<=X"
+    )
+    gates.add_argument("--max-params", type=float, help="short for --gate analyze.params<=X")
+    gates.add_argument("--max-macs", type=float, help="short for --gate analyze.macs<=X")
 
     submit = subparsers.add_parser(
         "submit",
@@ -138,6 +163,19 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     result.add_argument("stage")
     result.add_argument("--out", type=Path, help="write the JSON to this file")
     result.set_defaults(func=_guard(_result))
+
+    figures = subparsers.add_parser(
+        "figures", parents=[common], help="print a run's headline figures (what gates test)"
+    )
+    figures.add_argument("run", type=int)
+    figures.set_defaults(func=_guard(_figures))
+
+    compare = subparsers.add_parser(
+        "compare", parents=[common], help="compare two or more runs (the first is the reference)"
+    )
+    compare.add_argument("runs", type=int, nargs="+", metavar="RUN")
+    compare.add_argument("--csv", choices=["figures", "ops"], help="print that table as CSV")
+    compare.set_defaults(func=_guard(_compare))
 
 
 def _download(args) -> int:
@@ -179,6 +217,8 @@ def _download(args) -> int:
 def _submit(args) -> int:
     if not args.model.is_file():
         raise ClientError(f"{args.model}: no such file")
+    if args.wait:
+        _gates(args)  # a gate that cannot be read stops us before the upload
     api = Api(args.url, args.token)
     model = api.upload(args.model, args.name or args.model.name)
     run = api.post_json(
@@ -201,12 +241,38 @@ def _submit(args) -> int:
     return _wait(args)
 
 
+def _gates(args) -> list:
+    """The gates asked for, read before anything is uploaded: a typo is a usage error."""
+    expressions = list(args.gate)
+    for flag, key in (
+        ("max_latency_ms", "profile.latency_ms"),
+        ("max_params", "analyze.params"),
+        ("max_macs", "analyze.macs"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            expressions.append(f"{key}<={value!r}")
+    try:
+        gates = [parse_gate(e) for e in expressions]
+    except GateError as e:
+        raise ClientError(str(e)) from e
+    if any(g.baseline for g in gates) and args.baseline is None:
+        raise ClientError("a gate compares with 'baseline': name the run with --baseline RUN")
+    return gates
+
+
 def _wait(args) -> int:
+    gates = _gates(args)
     api = Api(args.url, args.token)
+    baseline = None
+    if args.baseline is not None:
+        baseline = _figure_map(api, args.baseline)
     deadline = time.monotonic() + args.timeout
-    delay = 0.5
+    delay, shown = 0.5, {}
     while True:
         run = api.request("GET", f"runs/{args.run}/")
+        if not args.quiet:
+            _show_progress(run, shown)
         if run["status"] in TERMINAL:
             break
         if time.monotonic() > deadline:
@@ -218,63 +284,123 @@ def _wait(args) -> int:
     report = {
         "run": run["id"],
         "status": run["status"],
-        "gates": [],
         "error": run["snapshot"].get("error_message") or None,
+        "stages": [_stage_entry(s) for s in run["snapshot"]["stages"]],
+        "baseline": args.baseline,
+        "gates": [],
     }
-    if run["status"] == "succeeded":
-        report["gates"] = _check_gates(api, args, run)
+    if gates:
+        figures = _figure_map(api, run["id"])
+        report["gates"] = [evaluate(g, figures, baseline).to_dict() for g in gates]
     passed = run["status"] == "succeeded" and all(g["passed"] for g in report["gates"])
     report["passed"] = passed
+    if args.junit:
+        args.junit.write_bytes(junit_xml(report))
+    if args.summary:
+        args.summary.write_text(json.dumps(report, indent=2))
     lines = [
         f"run {run['id']}: {run['status']}" + (f" ({report['error']})" if report["error"] else "")
     ]
     lines += [
-        f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (limit {g['limit']}, {g['kind']})"
+        f"  {'PASS' if g['passed'] else 'FAIL'} {g['expression']}: {g['reason']}"
         for g in report["gates"]
     ]
     _emit(args, report, "\n".join(lines))
     return EXIT_OK if passed else EXIT_GATE
 
 
-def _check_gates(api: Api, args, run: dict) -> list[dict]:
-    gates = []
-    wanted_analysis = args.max_params is not None or args.max_macs is not None
-    if wanted_analysis:
-        analysis = api.request("GET", f"runs/{run['id']}/stages/analyze/")["result"]
-        for name, limit in (("params", args.max_params), ("macs", args.max_macs)):
-            if limit is not None:
-                gates.append(
-                    {
-                        "name": name,
-                        "value": analysis[name],
-                        "limit": limit,
-                        "kind": "counted from shapes",
-                        "passed": analysis[name] <= limit,
-                    }
-                )
-    if args.max_latency_ms is not None:
-        if "profile" not in run["config"]["stages"]:
-            raise ClientError(
-                "--max-latency-ms needs a run with the profile stage (--stages analyze,profile)"
-            )
-        profile = api.request("GET", f"runs/{run['id']}/stages/profile/")["result"]
-        median = profile["latency_ms"]
-        if profile["measured"]:
-            machine = profile["environment"]["machine"]["cpu_model"]
-            kind = f"measured on {machine}, {profile['runs']} runs"
-        else:
-            kind = f"predicted by {profile['model']} for {profile['target']}"
-        gates.append(
-            {
-                "name": "latency_ms (median)" if profile["measured"] else "latency_ms",
-                "value": None if median is None else round(median, 4),
-                "limit": args.max_latency_ms,
-                "kind": kind,
-                # Unknown is not within a limit: the gate fails and says so.
-                "passed": median is not None and median <= args.max_latency_ms,
-            }
+def _figure_map(api: Api, run_id: int) -> dict[str, dict]:
+    body = api.request("GET", f"runs/{run_id}/figures/")
+    return {f["key"]: f for f in body["figures"]}
+
+
+def _stage_entry(stage: dict) -> dict:
+    duration = None
+    if stage.get("started_at") and stage.get("finished_at"):
+        started = datetime.fromisoformat(stage["started_at"])
+        duration = (datetime.fromisoformat(stage["finished_at"]) - started).total_seconds()
+    return {
+        "stage": stage["stage"],
+        "status": stage["status"],
+        "duration_s": duration,
+        "error": stage.get("error_message") or None,
+    }
+
+
+def _show_progress(run: dict, shown: dict) -> None:
+    """One line on stderr whenever a stage's status, or its progress by a tenth, changes."""
+    for stage in run["snapshot"]["stages"]:
+        step = (stage["status"], int(stage["progress"] * 10))
+        if shown.get(stage["stage"]) == step:
+            continue
+        shown[stage["stage"]] = step
+        message = stage.get("error_message") or stage.get("message") or ""
+        print(
+            f"run {run['id']} {stage['stage']:<9} {stage['status']:<9} "
+            f"{stage['progress']:>4.0%} {message}".rstrip(),
+            file=sys.stderr,
+            flush=True,
         )
-    return gates
+
+
+def _figures(args) -> int:
+    api = Api(args.url, args.token)
+    body = api.request("GET", f"runs/{args.run}/figures/")
+    lines = [f"{f['key']:<32} {_value(f):>16}  {f['basis']}" for f in body["figures"]]
+    _emit(args, body, "\n".join(lines) or f"run {args.run} has no results yet")
+    return EXIT_OK
+
+
+def _compare(args) -> int:
+    if len(args.runs) < 2:
+        raise ClientError("compare needs two or more runs")
+    api = Api(args.url, args.token)
+    query = "compare/?runs=" + ",".join(str(r) for r in args.runs)
+    if args.csv:
+        sys.stdout.write(api.request_bytes("GET", f"{query}&table={args.csv}").decode())
+        return EXIT_OK
+    comparison = api.request("GET", query)
+    runs = comparison["runs"]
+    lines = [f"reference: {runs[0]['label']}"] + [f"vs        {r['label']}" for r in runs[1:]]
+    lines.append("")
+    for row in comparison["figures"]:
+        values = ["-" if v is None else _value({**v, "unit": row["unit"]}) for v in row["values"]]
+        deltas = [
+            d["direction"] if d["pct"] is None else f"{d['pct']:+.1f}% {d['direction']}"
+            for d in row["deltas"]
+        ]
+        lines.append(
+            f"{row['key']:<32} " + "  ".join(f"{v:>14}" for v in values) + "  " + ", ".join(deltas)
+        )
+    ops = comparison["ops"]
+    if ops["rows"]:
+        lines.append("")
+        lines.append(f"slowest ops (aligned {ops['method']}):")
+        for row in ops["rows"][:10]:
+            times = "  ".join("-" if v is None else f"{v:10.1f}" for v in row["latency_us"])
+            lines.append(f"  {row['name'][:30]:<30} {row['op_type'][:16]:<16} {times} us")
+    for u in ops["unaligned"]:
+        lines.append(f"not aligned in run {u['run']}: {len(u['ops'])} ops")
+    if ops.get("note"):
+        lines.append(ops["note"])
+    kernels = comparison["kernels"]["rows"]
+    if kernels:
+        lines.append("")
+        lines.append("TVM kernels (us per call):")
+        for k in kernels[:10]:
+            times = "  ".join("-" if v is None else f"{v:10.1f}" for v in k["us_per_call"])
+            lines.append(f"  {k['kernel'][:40]:<40} {times}")
+    _emit(args, comparison, "\n".join(lines))
+    return EXIT_OK
+
+
+def _value(figure: dict) -> str:
+    value, unit = figure.get("value"), figure.get("unit", "")
+    if value is None:
+        return "unknown"
+    if isinstance(value, (bool, str)):
+        return str(value)
+    return f"{value:.6g}{' ' + unit if unit else ''}"
 
 
 def _result(args) -> int:

@@ -21,3 +21,31 @@ def format_si(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {prefix}"
     return f"{n:.0f} "
+
+
+def format_figure(value, unit: str) -> str:
+    """A headline figure for reading, in its unit; unknown says so."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "x":
+        return f"{value:.3f}x"
+    if unit in ("ms", "dB"):
+        return f"{value:.3f} {unit}"
+    if unit == "" and float(value).is_integer() and abs(value) >= 1000:
+        return format_si(value).strip()
+    return f"{value:.6g}"
+
+
+def format_delta(delta: dict) -> str:
+    """``{"direction": "worse", "pct": 12.3}`` -> ``"+12.3% worse"``."""
+    pct = delta.get("pct")
+    direction = delta.get("direction", "")
+    if pct is None:
+        return direction
+    return f"{pct:+.1f}% {direction}" if direction not in ("same",) else "same"

@@ -29,6 +29,7 @@ urlpatterns = [
     path("models/<int:pk>/inputs/", views.inputs_upload, name="inputs-upload"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
+    path("compare/", views.compare, name="compare"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
     path("runs/<int:pk>/retry/", views.run_retry, name="run-retry"),
     path(

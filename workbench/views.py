@@ -15,11 +15,14 @@ from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
 from engine.stages import RunOptions
+from frontend.comparison import comparison_context
 from frontend.figures.graph import graph_payload
 from frontend.presenters import present
 from workbench import pipeline, tokens
 from workbench.authentication import expires_at
+from workbench.compare import CompareRejected, compare_for, parse_run_ids
 from workbench.downloads import artifact_response
+from workbench.exports import standalone_html
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import run_snapshot
@@ -321,3 +324,25 @@ def api_token(request):
 
 def _default_target() -> Target | None:
     return Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
+
+
+@login_required
+def compare(request):
+    """``/compare/?runs=12,15``: the runs side by side (a permalink); ``&export=html`` gives
+    the page as one self-contained file that works offline."""
+    if "runs" not in request.GET and request.GET.getlist("run"):
+        # the run list's ticked boxes: on to the permalink
+        ticked = ",".join(request.GET.getlist("run"))
+        return redirect(f"{reverse('compare')}?runs={ticked}")
+    try:
+        comparison = compare_for(request.user, parse_run_ids(request.GET.get("runs")))
+    except CompareRejected as e:
+        if e.status == 404:
+            raise Http404(e.message) from e
+        messages.error(request, f"cannot compare: {e.message}")
+        return redirect("run-list")
+    context = comparison_context(comparison)
+    if request.GET.get("export") == "html":
+        name = "compare-" + context["ids"].replace(",", "-")
+        return standalone_html(request, "workbench/compare.html", context, name)
+    return render(request, "workbench/compare.html", context)

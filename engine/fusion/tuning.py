@@ -120,6 +120,7 @@ def tune_segments(
     }
     affordable = budget.trials or math.ceil(budget.minutes * _TRIALS_PER_MINUTE)
     if not any(w.budget_trials < affordable for w in workloads.values()):
+        summary["kernels"] = _per_kernel(workloads)
         return summary, _chosen(workloads)
     progress(0.0, "timing kernels with default schedules")
     for w in workloads.values():
@@ -143,7 +144,24 @@ def tune_segments(
     summary["improved"] = sum(1 for w in workloads.values() if w.chosen is not None)
     summary["estimated_default_ms"] = _estimate(workloads, tuned=False)
     summary["estimated_tuned_ms"] = _estimate(workloads, tuned=True)
+    summary["kernels"] = _per_kernel(workloads)
     return summary, _chosen(workloads)
+
+
+def _per_kernel(workloads) -> list[dict]:
+    """Per tuned workload: a kernel that has it, its calls, and its time per call with the
+    default schedule and with the schedule the build uses (measured; heaviest first)."""
+    rows = [
+        {
+            "kernel": w.name,
+            "calls": w.calls,
+            "default_us": w.default_us,
+            "tuned_us": w.tuned_us if w.chosen is not None else None,
+            "trials": w.trials,
+        }
+        for w in workloads.values()
+    ]
+    return sorted(rows, key=lambda r: -((r["default_us"] or 0.0) * (r["calls"] or 1)))
 
 
 def _chosen(workloads) -> dict:

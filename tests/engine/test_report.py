@@ -1,0 +1,193 @@
+"""Headline figures, gates and run comparisons (engine.report) on stage reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.report.compare import RunReports, compare_runs, delta
+from engine.report.gates import GateError, evaluate, parse_gate
+from engine.report.headlines import KEYS, headline_figures
+
+ENV = {
+    "machine": {"cpu_model": "AMD EPYC", "usable_cores": 2},
+    "intra_op_threads": 0,
+}
+
+
+def profile(ops: list[tuple[str, str, float]], latency_ms=5.0, spread=3.0) -> dict:
+    return {
+        "measured": True,
+        "unit": "cpu",
+        "latency_ms": latency_ms,
+        "latency_runs": 150,
+        "latency": {"p90": latency_ms * 1.1, "spread_pct": spread},
+        "environment": ENV,
+        "ops": [{"name": n, "op_type": t, "latency_us": us} for n, t, us in ops],
+    }
+
+
+def figures(results: dict) -> dict:
+    return {f.key: f.to_dict() for f in headline_figures(results)}
+
+
+def test_figures_say_what_they_are():
+    got = figures(
+        {
+            "analyze": {"params": 10, "macs": 500, "not_costed": ["n3"]},
+            "profile": profile([("a", "Conv", 10.0)]),
+            "partition": {
+                "best": "heft",
+                "target": "phone",
+                "best_makespan_ms": 2.0,
+                "algorithms": {"heft": {"speedup": 1.5}},
+            },
+        }
+    )
+    latency = got["profile.latency_ms"]
+    assert latency["measured"] and latency["noise_pct"] == 3.0
+    assert latency["basis"] == "measured on AMD EPYC, median of 150 runs, all 2 cores"
+    # Ops without a cost formula make the MAC count a lower bound, and it says so.
+    assert "1 ops not costed (a lower bound)" in got["analyze.macs"]["basis"]
+    assert got["analyze.flops"]["value"] is None  # not in the report: unknown, not 0
+    assert not got["partition.speedup"]["measured"]
+    assert got["partition.speedup"]["basis"].startswith("predicted for phone")
+    assert set(got) <= set(KEYS)
+    predicted = figures({"profile": {"measured": False, "model": "roofline v1", "target": "x"}})
+    assert predicted["profile.latency_ms"]["basis"] == "predicted by roofline v1 for x"
+
+
+def test_nan_outputs_make_the_error_metrics_unknown():
+    """The metrics cover finite values only: a cosine of 1.0 beside 1000 NaNs is a lie."""
+    report = {
+        "verdict": "fail",
+        "candidate": {"name": "fp16"},
+        "outputs": [{"cosine": 1.0, "snr_db": 300.0, "nonfinite_mismatch": 1000}],
+    }
+    got = figures({"accuracy": report})
+    assert got["accuracy.cosine"]["value"] is None
+    assert "1000 NaN/inf values differ" in got["accuracy.cosine"]["basis"]
+    gate = evaluate(parse_gate("accuracy.cosine>=0.999"), got)
+    assert not gate.passed and "unknown" in gate.reason
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("profile.latency<=5", "unknown figure 'profile.latency'"),
+        ("latency_ms<=5", "cannot read gate"),
+        ("profile.latency_ms=<5", "cannot read gate"),
+        ("profile.latency_ms<=fast", "a word can only be compared with == or !="),
+        ("profile.latency_ms<=2*baseline*3", "one factor on baseline"),
+        ("profile.latency_ms<=1e999", "finite number"),
+        ("profile.latency_ms<=5;rm", "is not a number"),
+    ],
+)
+def test_unreadable_gates_say_what_is_wrong(expression, message):
+    with pytest.raises(GateError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        parse_gate(expression)
+
+
+def test_unknown_figure_lists_the_stage_figures():
+    with pytest.raises(GateError) as e:
+        parse_gate("memory.arena<=1")
+    assert "memory.arena_bytes" in str(e.value) and "profile." not in str(e.value)
+
+
+def test_gates_against_values_and_a_baseline():
+    run = figures({"profile": profile([], latency_ms=5.2), "accuracy": {"verdict": "pass"}})
+    base = figures({"profile": profile([], latency_ms=5.0)})
+    assert evaluate(parse_gate("profile.latency_ms<=6"), run).passed
+    within = evaluate(parse_gate("profile.latency_ms<=1.05*baseline"), run, base)
+    assert within.passed and within.limit == pytest.approx(5.25)
+    assert "1.05 x the baseline's 5" in within.reason and "spread 3.0%" in within.reason
+    assert not evaluate(parse_gate("profile.latency_ms<=baseline"), run, base).passed
+    assert evaluate(parse_gate("accuracy.verdict==PASS"), run).passed
+    no_base = evaluate(parse_gate("profile.latency_ms<=baseline"), run, None)
+    assert not no_base.passed and "--baseline" in no_base.reason
+    missing = evaluate(parse_gate("compile.speed_vs_onnxruntime>=1.1"), run)
+    assert not missing.passed and "did it run the compile stage?" in missing.reason
+
+
+def test_compare_by_name_with_deltas_noise_and_unaligned_ops():
+    a = RunReports(1, "a", {"profile": profile([("c1", "Conv", 100.0), ("r1", "Relu", 10.0)])})
+    b = RunReports(
+        2,
+        "b",
+        {
+            "profile": profile(
+                [("c1", "Conv", 80.0), ("r1", "Relu", 10.0), ("x", "Add", 5.0)],
+                latency_ms=5.1,
+            )
+        },
+    )
+    c = RunReports(3, "c", {"profile": profile([("c1", "Conv", 100.0)], latency_ms=4.0)})
+    got = compare_runs([a, b, c])
+    rows = {r["key"]: r for r in got["figures"]}
+    # 2% slower is within the 3% run-to-run spread; 20% faster is better.
+    assert [d["direction"] for d in rows["profile.latency_ms"]["deltas"]] == [
+        "within noise",
+        "better",
+    ]
+    ops = got["ops"]
+    assert ops["method"] == "by name"
+    conv = next(r for r in ops["rows"] if r["name"] == "c1")
+    assert conv["latency_us"] == [100.0, 80.0, 100.0] and conv["delta_pct"] == [-20.0, 0.0]
+    assert {"run": 2, "ops": ["x"]} in ops["unaligned"]
+    relu = next(r for r in ops["rows"] if r["name"] == "r1")
+    assert relu["latency_us"] == [10.0, 10.0, None]  # not in run 3: None, not 0
+
+
+def test_compare_different_models_aligns_by_structure_and_lists_the_rest():
+    a = RunReports(1, "a", {"profile": profile([("a0", "Conv", 5.0), ("a1", "Relu", 1.0)])})
+    b = RunReports(
+        2,
+        "b",
+        {"profile": profile([("b0", "Conv", 4.0), ("b1", "Softmax", 2.0), ("b2", "Relu", 1.0)])},
+    )
+    got = compare_runs([a, b])
+    assert got["ops"]["method"] == "by structure (op types in graph order)"
+    names = {r["name"]: r["names"] for r in got["ops"]["rows"]}
+    assert names == {"a0": ["a0", "b0"], "a1": ["a1", "b2"]}
+    assert got["ops"]["unaligned"] == [{"run": 2, "ops": ["b1"]}]
+
+
+def test_tuned_against_untuned_compile_gives_per_kernel_deltas_and_the_speedup():
+    def compile_report(latency_ms, kernels):
+        return {
+            "latency_ms": latency_ms,
+            "onnxruntime_latency_ms": 10.0,
+            "speed_vs_onnxruntime": 10.0 / latency_ms,
+            "tuning": {"kernels": kernels},
+        }
+
+    untuned = RunReports(
+        1,
+        "untuned",
+        {"compile": compile_report(12.0, [])},
+    )
+    untuned.results["profile"] = {
+        "measured": True,
+        "tvm_kernels": {"kernels": [{"func": "fused_conv", "median_us": 900.0}]},
+    }
+    tuned = RunReports(
+        2,
+        "tuned",
+        {
+            "compile": compile_report(
+                8.0,
+                [{"kernel": "fused_conv", "calls": 1, "default_us": 900.0, "tuned_us": 450.0}],
+            )
+        },
+    )
+    got = compare_runs([untuned, tuned])
+    (kernel,) = got["kernels"]["rows"]
+    assert kernel["us_per_call"] == [900.0, 450.0] and kernel["delta_pct"] == [-50.0]
+    speed = next(r for r in got["figures"] if r["key"] == "compile.speed_vs_onnxruntime")
+    assert speed["deltas"][0]["direction"] == "better"
+    assert speed["deltas"][0]["ratio"] == pytest.approx(1.5)
+
+
+def test_delta_of_unknown_and_of_words():
+    assert delta({"value": None}, {"value": 3})["direction"] == "unknown"
+    assert delta({"value": "pass"}, {"value": "fail"})["direction"] == "changed"
+    assert delta(None, {"value": 1})["direction"] == "missing"
