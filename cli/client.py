@@ -119,7 +119,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "'profile.latency_ms<=1.05*baseline', 'memory.arena_bytes<=64e6' (repeatable); "
         "the figures are listed by 'workbench figures RUN'",
     )
-    gates.add_argument("--baseline", type=int, metavar="RUN", help="run that 'baseline' means")
+    gates.add_argument(
+        "--baseline",
+        type=_baseline_arg,
+        metavar="RUN",
+        help="the run 'baseline' means in gates: a run id, or 'pinned' for the model's "
+        "pinned baseline run",
+    )
     gates.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     gates.add_argument("--summary", type=Path, metavar="FILE", help="write the report as JSON")
     gates.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -265,6 +271,8 @@ def _wait(args) -> int:
     gates = _gates(args)
     api = Api(args.url, args.token)
     baseline = None
+    if args.baseline == "pinned":
+        args.baseline = _pinned_baseline(api, args.run)
     if args.baseline is not None:
         baseline = _figure_map(api, args.baseline)
     deadline = time.monotonic() + args.timeout
@@ -307,6 +315,25 @@ def _wait(args) -> int:
     ]
     _emit(args, report, "\n".join(lines))
     return EXIT_OK if passed else EXIT_GATE
+
+
+def _baseline_arg(text: str) -> int | str:
+    if text == "pinned":
+        return text
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a run id or 'pinned', got '{text}'")
+
+
+def _pinned_baseline(api: Api, run_id: int) -> int:
+    model = api.request("GET", f"runs/{run_id}/")["model"]
+    pinned = api.request("GET", f"models/{model}/history/")["baseline"]
+    if pinned is None:
+        raise ClientError(
+            f"model {model} has no pinned baseline run: pin one on the model's page or with "
+            f'PUT /api/v1/models/{model}/baseline/ {{"run": RUN}}'
+        )
+    return pinned
 
 
 def _figure_map(api: Api, run_id: int) -> dict[str, dict]:

@@ -90,7 +90,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_option(group, option: OptionSpec) -> None:
     flag = "--" + option.name.replace("_", "-")
-    common = {"dest": f"opt_{option.name}", "default": argparse.SUPPRESS, "help": option.help}
+    # argparse %-formats help texts: a literal percent sign in an engine's help is escaped
+    help_text = option.help.replace("%", "%%")
+    common = {"dest": f"opt_{option.name}", "default": argparse.SUPPRESS, "help": help_text}
     if option.kind == "bool":
         group.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
     elif option.kind in ("int", "optional_int"):

@@ -29,7 +29,7 @@ def parse_run_ids(text: str | None) -> list[int]:
         raise CompareRejected(f"compare at most {MAX_RUNS} runs at once")
     ids = []
     for p in parts:
-        if not p.isdigit() or len(p) > 12:
+        if not (p.isascii() and p.isdigit()) or len(p) > 12:
             raise CompareRejected(f"'{p[:20]}' is not a run id (run ids are whole numbers)")
         ids.append(int(p))
     if len(set(ids)) != len(ids):
@@ -118,3 +118,42 @@ def ops_csv(comparison: dict) -> str:
             + ["" if d is None else f"{d:.2f}" for d in row["delta_pct"]]
         )
     return out.getvalue()
+
+
+HISTORY_RUNS = 50
+
+
+def model_history(model, limit: int = HISTORY_RUNS) -> dict:
+    """The headline figures of the model's latest runs, oldest first, and its pinned
+    baseline run."""
+    runs = list(
+        Run.objects.filter(model=model)
+        .select_related("target", "model")
+        .prefetch_related("stages")
+        .order_by("-created_at", "-id")[:limit]
+    )
+    runs.reverse()
+    entries = []
+    for run in runs:
+        figures = headline_figures(reports_of(run).results)
+        entries.append(
+            {
+                "run": run.pk,
+                "created_at": run.created_at.isoformat(),
+                "target": run.target.name if run.target else None,
+                "status": run.status,
+                "figures": {
+                    f.key: {"value": f.value, "unit": f.unit, "measured": f.measured}
+                    for f in figures
+                },
+            }
+        )
+    return {"model": model.pk, "baseline": model.baseline_run_id, "runs": entries}
+
+
+def pin_baseline(model, run_id: int | None) -> None:
+    """Pin one of the model's runs as its baseline (``None`` unpins)."""
+    if run_id is not None and not Run.objects.filter(pk=run_id, model=model).exists():
+        raise CompareRejected(f"run {run_id} is not a run of this model", status=400)
+    model.baseline_run_id = run_id
+    model.save(update_fields=["baseline_run"])

@@ -18,6 +18,11 @@ def run_group(run_id: int) -> str:
     return f"run.{run_id}"
 
 
+def user_group(user_id: int) -> str:
+    """Every run of one user: the dashboard's feed."""
+    return f"user.{user_id}"
+
+
 def publish_run(run_id: int) -> None:
     """Send the run's current snapshot to its group. Losing an event is harmless: the page
     re-reads the database on reconnect, so a channel-layer failure is logged, not raised."""
@@ -28,11 +33,10 @@ def publish_run(run_id: int) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    # sent_at: when it left, so a client can tell how late progress reaches it
+    event = {"type": "run.progress", "run": run_snapshot(run), "sent_at": time.time()}
     try:
-        async_to_sync(layer.group_send)(
-            run_group(run_id),
-            # sent_at: when it left, so a client can tell how late progress reaches it
-            {"type": "run.progress", "run": run_snapshot(run), "sent_at": time.time()},
-        )
+        async_to_sync(layer.group_send)(run_group(run_id), event)
+        async_to_sync(layer.group_send)(user_group(run.owner_id), event)
     except Exception:  # noqa: BLE001 - progress is best effort; the DB row already holds it
         log.warning("could not publish progress of run %s", run_id, exc_info=True)

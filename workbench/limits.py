@@ -142,10 +142,11 @@ def check(scope: str, ident: str, now: float | None = None) -> None:
         free_at = (current + previous + 1 - r.count) / previous
     else:
         free_at = 1.0 + (current + 1 - r.count) / current
-    left_s = max(1, math.ceil((free_at - into) * r.seconds))
+    # The weighting assumes uses spread evenly over a window; no use counts for longer than
+    # the window itself, so never ask to wait longer than that.
+    left_s = min(r.seconds, max(1, math.ceil((free_at - into) * r.seconds)))
     raise LimitExceeded(
-        f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in "
-        f"{_duration(left_s)}.",
+        f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in {_duration(left_s)}.",
         code="throttled",
         retry_after_s=left_s,
     )

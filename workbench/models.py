@@ -25,6 +25,10 @@ class OnnxModel(models.Model):
     # Written by the latest successful analyze stage; null until then.
     analysis = models.JSONField(null=True, blank=True)
     is_sample = models.BooleanField(default=False)
+    # The run others are compared with ("baseline" in gates, the history's reference line).
+    baseline_run = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "workbench",
 ]
@@ -95,7 +97,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "model-list"
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -136,9 +138,58 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_FILTER_BACKENDS": [
+        "workbench.api.filters.QueryFilter",
+        "workbench.api.filters.StrictOrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "workbench.api.pagination.StrictLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "workbench.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI schema (/api/v1/schema/) and its docs page (/api/v1/docs/). Both are public:
+# they describe the code's routes, the same for every account, and a client needs the schema
+# before it has a token. Swagger UI is served from the sidecar package: no CDN.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Model-optimization workbench API",
+    "VERSION": "1",
+    "DESCRIPTION": (
+        "Upload ONNX models, start runs of the analysis and optimization stages on a "
+        "target, read their results and download their artifacts.\n\n"
+        "**Authentication**: send `Authorization: Token <key>` with every request. "
+        '`POST /api/v1/auth/token/` with `{"username", "password"}` returns the '
+        "account's key (it expires; see `expires_at`); a signed-in browser session works "
+        "too.\n\n"
+        "**Errors**: every 4xx answer has the body "
+        '`{"error": {"code": "...", "message": "...", "detail": ...}}`: `code` is stable '
+        "and machine-readable, `message` says what to do, and `detail` (present only when "
+        "there is more to say) maps each invalid field to its problem. A 429 carries "
+        "`Retry-After`.\n\n"
+        "**Lists** are paginated with `limit` and `offset`, ordered with "
+        "`ordering=field,-other`, and filtered by the parameters each one lists; an "
+        "unknown parameter, ordering field or malformed value is a 400."
+    ),
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    # JSON bodies are documented as JSON only (the form parsers serve the browsable API);
+    # the uploads name their multipart body themselves
+    "PARSER_WHITELIST": ["workbench.api.parsers.SafeJSONParser"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # no online validator badge: nothing on the page loads from elsewhere
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "ENUM_NAME_OVERRIDES": {
+        "TargetKindEnum": "workbench.models.Target.Kind",
+        "ArtifactKindEnum": "workbench.models.Artifact.Kind",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "workbench.api.schema.add_implied_errors",
+    ],
 }
 
 # Celery: RabbitMQ in production; a filesystem queue under var/ when embedded.

@@ -6,12 +6,14 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models.signals import pre_save
 from django.utils import timezone
-from rest_framework import status
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from workbench.api.schema import errors
 from workbench.authentication import expires_at
 
 
@@ -23,6 +25,23 @@ def describe(token: Token, current_key: str | None = None) -> dict:
         "expired": expires_at(token) <= timezone.now(),
         "current": token.key == current_key,
     }
+
+
+class TokenInfoSerializer(serializers.Serializer):
+    key_ends_with = serializers.CharField(help_text="the key's last 4 characters")
+    created = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    expired = serializers.BooleanField()
+    current = serializers.BooleanField(help_text="the token this request was made with")
+
+
+class IssuedTokenSerializer(TokenInfoSerializer):
+    token = serializers.CharField(help_text="send it as `Authorization: Token <key>`")
+
+
+class SignInSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField()
 
 
 def issue_token(user) -> Response:
@@ -55,17 +74,36 @@ class TokenView(APIView):
         return [] if getattr(self, "_signing_in", False) else super().get_authenticators()
 
     def get_permissions(self):
-        return [] if self._signing_in else [IsAuthenticated()]
+        return [] if getattr(self, "_signing_in", False) else [IsAuthenticated()]
 
+    @extend_schema(
+        summary="Your API tokens (never their keys)",
+        responses={
+            200: inline_serializer("TokenList", {"results": TokenInfoSerializer(many=True)})
+        },
+    )
     def get(self, request):
         current = getattr(request.auth, "key", None)
         tokens = Token.objects.filter(user=request.user)
         return Response({"results": [describe(t, current) for t in tokens]})
 
+    @extend_schema(
+        summary="Revoke your API tokens",
+        description="Every client using them is signed out, this one included.",
+        responses={204: None},
+    )
     def delete(self, request):
         Token.objects.filter(user=request.user).delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
+    @extend_schema(
+        summary="Sign in: get your API token",
+        description="No token needed. Returns the account's token, made if it has none or "
+        "it expired; failed attempts are limited per account and address (429).",
+        auth=[],
+        request=SignInSerializer,
+        responses={200: IssuedTokenSerializer, **errors(429)},
+    )
     def post(self, request):
         from workbench.auth_views import obtain_token
 

@@ -1,13 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from workbench import views
 from workbench.auth_views import LimitedLoginView, signup
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="model-list"), name="home"),
+    path("", views.dashboard, name="home"),
     path("accounts/login/", LimitedLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", signup, name="signup"),
@@ -25,11 +24,13 @@ urlpatterns = [
     path("models/", views.model_list, name="model-list"),
     path("models/<int:pk>/", views.model_detail, name="model-detail"),
     path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),
+    path("models/<int:pk>/baseline/", views.model_baseline, name="model-baseline"),
     path("models/<int:pk>/runs/", views.run_create, name="run-create"),
     path("models/<int:pk>/inputs/", views.inputs_upload, name="inputs-upload"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("compare/", views.compare, name="compare"),
+    path("runs/<int:pk>/row/", views.dashboard_row, name="dashboard-row"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run-cancel"),
     path("runs/<int:pk>/retry/", views.run_retry, name="run-retry"),
     path(

@@ -16,11 +16,20 @@ from rest_framework.authtoken.models import Token
 
 from engine.stages import RunOptions
 from frontend.comparison import comparison_context
+from frontend.dashboard import verdicts, what_to_do
+from frontend.figures.compare import history_lines
 from frontend.figures.graph import graph_payload
 from frontend.presenters import present
 from workbench import pipeline, tokens
 from workbench.authentication import expires_at
-from workbench.compare import CompareRejected, compare_for, parse_run_ids
+from workbench.compare import (
+    CompareRejected,
+    compare_for,
+    figures_of,
+    model_history,
+    parse_run_ids,
+    pin_baseline,
+)
 from workbench.downloads import artifact_response
 from workbench.exports import standalone_html
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
@@ -99,9 +108,32 @@ def _model_page(request, model: OnnxModel, form: StartRunForm, status: int = 200
             "inputs_form": UploadInputsForm(),
             "input_sets": model.input_sets.all(),
             "graph": graph_payload(model.analysis) if model.analysis else None,
+            "history": history_lines(model_history(model)),
         },
         status=status,
     )
+
+
+@login_required
+@require_POST
+def model_baseline(request, pk: int):
+    """Pin a run of the model as its baseline, or unpin (an empty ``run``)."""
+    model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
+    raw = request.POST.get("run", "")
+    try:
+        run_id = int(raw) if raw else None
+        if run_id is not None and not 0 < run_id < 2**63:
+            raise ValueError
+        pin_baseline(model, run_id)
+    except (ValueError, CompareRejected) as e:
+        message = e.message if isinstance(e, CompareRejected) else f"'{raw[:20]}' is not a run id"
+        messages.error(request, f"Baseline not changed: {message}")
+        return redirect("model-detail", pk=model.pk)
+    if run_id is None:
+        messages.success(request, "No baseline pinned.")
+    else:
+        messages.success(request, f"Run {run_id} is this model's baseline.")
+    return redirect("model-detail", pk=model.pk)
 
 
 @login_required
@@ -172,18 +204,17 @@ def run_detail(request, pk: int):
     for shown in presentations[:-1]:
         if any(later.get("graph") for later in presentations[presentations.index(shown) + 1 :]):
             shown.pop("graph", None)
-    return render(
-        request,
-        "workbench/run_detail.html",
-        {
-            "run": run,
-            "stages": stages,
-            "snapshot": run_snapshot(run),
-            "presentations": presentations,
-            "artifacts": run.artifacts.all(),
-            "retries": run.retries.order_by("pk"),
-        },
-    )
+    context = {
+        "run": run,
+        "stages": stages,
+        "snapshot": run_snapshot(run),
+        "presentations": presentations,
+        "artifacts": run.artifacts.all(),
+        "retries": run.retries.order_by("pk"),
+    }
+    if request.GET.get("export") == "html":
+        return standalone_html(request, "workbench/run_detail.html", context, f"run-{run.pk}")
+    return render(request, "workbench/run_detail.html", context)
 
 
 @login_required
@@ -346,3 +377,49 @@ def compare(request):
         name = "compare-" + context["ids"].replace(",", "-")
         return standalone_html(request, "workbench/compare.html", context, name)
     return render(request, "workbench/compare.html", context)
+
+
+DASHBOARD_RUNS = 20
+
+
+def _dashboard_row(run: Run) -> dict:
+    figures = {f["key"]: f for f in figures_of(run)}
+    current = next(
+        (f"{s.stage}: {s.message or s.status}" for s in run.stages.all() if s.status == "running"),
+        "",
+    )
+    return {
+        "run": run,
+        "verdicts": verdicts(figures),
+        "to_do": what_to_do(run.error_code),
+        "current": current,
+    }
+
+
+@login_required
+def dashboard(request):
+    """``/``: the latest runs with their answers, live progress and what to do on failure."""
+    runs = list(
+        Run.objects.filter(owner=request.user)
+        .select_related("model", "target")
+        .prefetch_related("stages")[:DASHBOARD_RUNS]
+    )
+    return render(
+        request,
+        "workbench/dashboard.html",
+        {
+            "rows": [_dashboard_row(r) for r in runs],
+            "form": UploadModelForm(),
+        },
+    )
+
+
+@login_required
+def dashboard_row(request, pk: int):
+    """One dashboard row, for the page to swap in when a run changes state."""
+    run = get_object_or_404(
+        Run.objects.select_related("model", "target").prefetch_related("stages"),
+        pk=pk,
+        owner=request.user,
+    )
+    return render(request, "workbench/_dashboard_row.html", {"row": _dashboard_row(run)})

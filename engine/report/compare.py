@@ -173,21 +173,19 @@ def _match(ref: list[tuple], other: list[tuple]) -> tuple[list[tuple[int, int]],
 
 
 def _kernel_times(results: dict) -> dict[str, float | None]:
-    """Per TVM kernel function: its time per call (us) in this run's build, from the
-    compile stage's tuning table, else the profile stage's TVM kernel profile."""
-    times: dict[str, float | None] = {}
+    """Per TVM kernel (``<id> <function>``): its measured time per call (us) in this run's
+    build, from the compile stage, else the profile stage's TVM kernel profile."""
     compile_report = results.get("compile") or {}
-    for row in (compile_report.get("tuning") or {}).get("kernels") or []:
-        tuned, default = row.get("tuned_us"), row.get("default_us")
-        times[row["kernel"]] = tuned if tuned is not None else default
+    times = {
+        f"{k.get('id')} {k.get('func')}": k.get("time_us")
+        for k in compile_report.get("kernels") or []
+    }
     if times:
         return times
     kernels = (results.get("profile") or {}).get("tvm_kernels") or {}
-    for k in kernels.get("kernels") or []:
-        func = k.get("func")
-        if func and func not in times:
-            times[func] = k.get("median_us")
-    return times
+    return {
+        f"{k.get('id')} {k.get('func')}": k.get("median_us") for k in kernels.get("kernels") or []
+    }
 
 
 def _align_kernels(runs: list[RunReports]) -> dict:

@@ -286,7 +286,11 @@ def _networks(check: _Checker, document: Mapping) -> list[Network]:
     if "network" in document:
         if "networks" in document:
             check.problem("network", "give either 'network' or 'networks', not both")
-        raw = [{"name": "default", **document["network"]}] if document["network"] else []
+        single = document["network"]
+        if single and not isinstance(single, Mapping):
+            check.problem("network", "must be a mapping")
+            return []
+        raw = [{"name": "default", **single}] if single else []
     if not isinstance(raw, list):
         check.problem("networks", "must be a list")
         return []

@@ -87,3 +87,92 @@ def memory_overlay(comparison: dict) -> dict | None:
             "legend": {"orientation": "h", "y": 1.12},
         },
     }
+
+
+HISTORY_KEYS = (
+    "profile.latency_ms",
+    "compile.latency_ms",
+    "compile.speed_vs_onnxruntime",
+    "memory.arena_bytes",
+    "accuracy.cosine",
+    "partition.makespan_ms",
+)
+
+
+def history_lines(history: dict, keys: tuple[str, ...] = HISTORY_KEYS) -> dict | None:
+    """One small panel per headline figure over the model's runs (x: when the run was
+    made), the pinned baseline's value dashed: a regression shows as a step."""
+    series = []
+    for key in keys:
+        points = [
+            (h["created_at"], h["figures"][key]["value"], h["run"], h["target"])
+            for h in history["runs"]
+            if isinstance((h["figures"].get(key) or {}).get("value"), (int, float))
+            and not isinstance(h["figures"][key]["value"], bool)
+        ]
+        if points:
+            series.append((key, points))
+    if not series:
+        return None
+    n = len(series)
+    data, shapes, layout_axes = [], [], {}
+    gap = 0.08
+    height = (1.0 - gap * (n - 1)) / n
+    baseline = history.get("baseline")
+    for i, (key, points) in enumerate(series):
+        axis = "" if i == 0 else str(i + 1)
+        top = 1.0 - i * (height + gap)
+        layout_axes[f"yaxis{axis}"] = {
+            "domain": [top - height, top],
+            "title": {"text": key, "font": {"size": 11}},
+            "rangemode": "tozero",
+        }
+        layout_axes[f"xaxis{axis}"] = {"anchor": f"y{axis}", "type": "date"}
+        if i:
+            layout_axes[f"xaxis{axis}"]["matches"] = "x"
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": key,
+                "x": [p[0] for p in points],
+                "y": [p[1] for p in points],
+                "customdata": [[p[2], p[3]] for p in points],
+                "xaxis": f"x{axis}",
+                "yaxis": f"y{axis}",
+                "marker": {
+                    "color": _PALETTE[i % len(_PALETTE)],
+                    "size": [12 if p[2] == baseline else 7 for p in points],
+                    "symbol": ["star" if p[2] == baseline else "circle" for p in points],
+                },
+                "line": {"color": _PALETTE[i % len(_PALETTE)]},
+                "hovertemplate": "run %{customdata[0]} on %{customdata[1]}<br>%{y:.4g}"
+                f"<extra>{key}</extra>",
+            }
+        )
+        base = next((p[1] for p in points if p[2] == baseline), None)
+        if base is not None:
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": f"x{axis} domain",
+                    "yref": f"y{axis}",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": base,
+                    "y1": base,
+                    "line": {"dash": "dash", "color": "#888", "width": 1},
+                }
+            )
+    return {
+        "data": data,
+        "layout": {
+            **_LAYOUT,
+            "margin": {"l": 90, "r": 20, "t": 40, "b": 40},
+            "height": 140 * n + 60,
+            "showlegend": False,
+            "title": {"text": "History: headline figures per run (star: the pinned baseline)"},
+            "shapes": shapes,
+            **layout_axes,
+        },
+    }

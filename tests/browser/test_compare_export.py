@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.workbench.test_compare import finished_run
 from tests.conftest import SQUEEZENET
+from tests.workbench.test_compare import finished_run
 from workbench.uploads import store_model_file
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]

@@ -69,7 +69,10 @@ def test_start_command_serves_a_working_workbench(embedded, page):
     page.fill("#id_username", username)
     page.fill("#id_password", password)
     page.click("button[type=submit]")
-    # The bundled sample models are there and get analyzed by the embedded worker.
+    # Signed in, the dashboard; the bundled sample models are there and get analyzed by
+    # the embedded worker.
+    expect(page.get_by_role("heading", name="Recent runs")).to_be_visible()
+    page.goto(url + "/models/")
     expect(page.locator("table.grid tbody tr")).to_have_count(9)
     page.goto(url + "/runs/")
     wait_until(

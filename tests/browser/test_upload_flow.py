@@ -57,11 +57,25 @@ def test_upload_a_model_and_watch_the_run_finish(user, web, page):
 
 def test_progress_updates_live_and_cancel_works(user, web, page):
     sign_in(page, web)
+    # The dashboard in a second tab follows every run without a reload.
+    second = page.context.browser.new_context()
+    second.add_cookies(page.context.cookies())  # the same signed-in session
+    dashboard = second.new_page()
+    dashboard.goto(web + "/")
+    expect(dashboard.locator("#live")).to_have_text("live")
     page.set_input_files("#id_file", str(SQUEEZENET))
     page.click("#upload-form button[type=submit]")
     expect(page.locator("#run-status")).to_have_text("succeeded", timeout=60_000)
+    first = dashboard.locator("#dashboard-runs tbody tr").first
+    expect(first.locator(".status")).to_have_text("succeeded", timeout=20_000)
     # Start a long profile from the model page and cancel it while it runs.
     profile_then_cancel(page)
+    expect(dashboard.locator("#dashboard-runs tbody tr")).to_have_count(2)
+    expect(dashboard.locator("#dashboard-runs tbody tr").first.locator(".status")).to_have_text(
+        "cancelled", timeout=20_000
+    )
+    latest = dashboard.locator("#dashboard-runs tbody tr").first
+    expect(latest.locator("text=What to do")).to_be_visible()
 
 
 def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):

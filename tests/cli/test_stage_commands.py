@@ -265,3 +265,15 @@ def test_memplan_sets_tvms_static_allocations_next_to_ours(capsys):
     assert tvm["tvm_static_bytes"] > tvm["ours_bytes"] >= tvm["lower_bound_bytes"] > 0
     code, out, _ = run(capsys, "memplan", SQUEEZENET)
     assert code == 0 and "StaticPlanBlockMemory" in out and "on the same tensors" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["analyze", "profile", "partition", "memplan", "compile", "accuracy", "targets"]
+    + ["submit", "wait", "download", "result", "figures", "compare"],
+)
+def test_every_command_prints_its_help(capsys, command):
+    """argparse %-formats help texts: an engine option's help with a literal '%' made
+    `workbench profile --help` crash."""
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0 and out.startswith("usage: workbench " + command)

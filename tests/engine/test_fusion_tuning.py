@@ -16,6 +16,7 @@ from onnx_builders import build
 from engine.errors import Cancelled
 from engine.fusion import CompileConfig, compile_model
 from engine.fusion.tuning_store import DirectoryStore
+from engine.report.compare import RunReports, compare_runs
 
 FAST = {
     "threads": 1,
@@ -88,6 +89,20 @@ def test_second_compile_reuses_the_store_without_tuning(save, tmp_path):
         if tuning["improved"]:  # the first compile's whole-model check is reused
             assert second["tuning"]["end_to_end"]["stored"] is True
         assert second["outputs_match"] is True
+
+    # Set against an untuned build of the same model, the comparison lines the kernels up
+    # and says how each and the whole model moved.
+    untuned = compile_model(path, CompileConfig(str(tmp_path / "u"), **FAST)).to_dict()
+    compared = compare_runs(
+        [RunReports(1, "untuned", {"compile": untuned}), RunReports(2, "tuned", {"compile": first})]
+    )
+    rows = compared["kernels"]["rows"]
+    assert len(rows) == 2 and compared["kernels"]["unaligned"] == []
+    assert all(r["delta_pct"][0] is not None for r in rows)
+    (latency,) = [r for r in compared["figures"] if r["key"] == "compile.latency_ms"]
+    assert latency["deltas"][0]["ratio"] == pytest.approx(
+        first["latency_ms"] / untuned["latency_ms"]
+    )
 
     # A larger budget tunes again, the search starting from the stored record.
     third = compile_into("d", LARGER)

@@ -102,3 +102,36 @@ def test_recurrent_macs_match_the_gate_formula(real_models):
         rnn = 32 * gates * 128 * ((64 + 128) + (128 + 128))
         assert manifest[name]["macs"] == rnn + head, name
         assert manifest[name]["mac_source"] == source, name
+
+
+def test_two_exports_of_one_model_compare_op_by_op(real_models, capsys):
+    """BERT through torchscript and through dynamo: no node name in common, so the ops are
+    aligned by structure; every MatMul of the encoder finds its partner and what has none
+    (the exporters' shape arithmetic) is listed, not dropped."""
+    import json
+
+    from cli.main import main
+    from engine.report.compare import RunReports, compare_runs
+
+    paths, _ = real_models
+    reports = []
+    for name in ("bert_ts", "bert_dynamo"):
+        argv = ["profile", str(paths[name]), "--window-s", "0.5", "--no-tvm-kernels", "--json"]
+        assert main(argv) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    got = compare_runs(
+        [
+            RunReports(i, n, {"profile": r})
+            for i, (n, r) in enumerate(zip(("ts", "dynamo"), reports, strict=True))
+        ]
+    )
+    ops = got["ops"]
+    assert ops["method"] == "by structure (op types in graph order)"
+    matmuls = [r for r in ops["rows"] if r["op_type"] == "MatMul" and "encoder" in r["name"]]
+    assert matmuls and all(r["names"][1] and r["latency_us"][1] for r in matmuls)
+    # Every timed op of either export is in a row or in the not-aligned list.
+    timed = [len([o for o in r["ops"] if o["status"] != "folded"]) for r in reports]
+    unaligned = {u["run"]: len(u["ops"]) for u in ops["unaligned"]}
+    assert len(ops["rows"]) == timed[0]
+    aligned = sum(1 for r in ops["rows"] if r["names"][1] is not None)
+    assert aligned + unaligned.get(1, 0) == timed[1] and aligned > 0.5 * timed[1]

@@ -151,37 +151,46 @@ def test_compare_different_models_aligns_by_structure_and_lists_the_rest():
     assert got["ops"]["unaligned"] == [{"run": 2, "ops": ["b1"]}]
 
 
-def test_tuned_against_untuned_compile_gives_per_kernel_deltas_and_the_speedup():
+def test_kernels_align_by_id_and_function_from_compile_else_profile():
     def compile_report(latency_ms, kernels):
         return {
             "latency_ms": latency_ms,
             "onnxruntime_latency_ms": 10.0,
             "speed_vs_onnxruntime": 10.0 / latency_ms,
-            "tuning": {"kernels": kernels},
+            "kernels": kernels,
         }
 
     untuned = RunReports(
         1,
         "untuned",
-        {"compile": compile_report(12.0, [])},
+        {
+            "compile": compile_report(12.0, []),  # onnxruntime shipped: no kernels
+            "profile": {
+                "measured": True,
+                "tvm_kernels": {
+                    "kernels": [{"id": "s0k0", "func": "fused_conv", "median_us": 900.0}]
+                },
+            },
+        },
     )
-    untuned.results["profile"] = {
-        "measured": True,
-        "tvm_kernels": {"kernels": [{"func": "fused_conv", "median_us": 900.0}]},
-    }
     tuned = RunReports(
         2,
         "tuned",
         {
             "compile": compile_report(
                 8.0,
-                [{"kernel": "fused_conv", "calls": 1, "default_us": 900.0, "tuned_us": 450.0}],
+                [
+                    {"id": "s0k0", "func": "fused_conv", "time_us": 450.0},
+                    {"id": "s0k1", "func": "fused_add", "time_us": 20.0},
+                ],
             )
         },
     )
     got = compare_runs([untuned, tuned])
-    (kernel,) = got["kernels"]["rows"]
-    assert kernel["us_per_call"] == [900.0, 450.0] and kernel["delta_pct"] == [-50.0]
+    rows = {k["kernel"]: k for k in got["kernels"]["rows"]}
+    assert rows["s0k0 fused_conv"]["us_per_call"] == [900.0, 450.0]
+    assert rows["s0k0 fused_conv"]["delta_pct"] == [-50.0]
+    assert got["kernels"]["unaligned"] == [{"run": 1, "kernels": ["s0k1 fused_add"]}]
     speed = next(r for r in got["figures"] if r["key"] == "compile.speed_vs_onnxruntime")
     assert speed["deltas"][0]["direction"] == "better"
     assert speed["deltas"][0]["ratio"] == pytest.approx(1.5)

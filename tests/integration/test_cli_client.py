@@ -10,7 +10,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from tests.conftest import ROOT, SQUEEZENET
-from workbench.models import Artifact
+from workbench.models import Artifact, OnnxModel
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -95,6 +95,15 @@ def test_submit_wait_and_gate(user, web, tmp_path):
     missing = workbench("wait", first, "--gate", "compile.speed_vs_onnxruntime>=1.0", *common)
     assert missing.returncode == 3
     assert "did it run the compile stage?" in json.loads(missing.stdout)["gates"][0]["reason"]
+
+    # The model's pinned baseline stands in for --baseline RUN.
+    second = str(json.loads(tight.stdout)["run"])
+    OnnxModel.objects.filter(runs__pk=int(first)).update(baseline_run_id=int(first))
+    pinned = workbench(
+        "wait", second, "--baseline", "pinned", "--gate", "analyze.macs<=baseline", *common
+    )
+    assert pinned.returncode == 0, pinned.stderr
+    assert json.loads(pinned.stdout)["baseline"] == int(first)
 
     result = workbench("result", first, "analyze", "--url", web, "--token", token)
     assert json.loads(result.stdout)["macs"] == 349_151_936

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -278,6 +279,12 @@ def test_measured_profile_page_and_calibrated_target(
     assert 'data-table="tvm-kernels"' in page and "fig-profile-tvm-kernels-data" in page
     assert page.count('<tr><td title="') >= len(timed)  # one row per kernel
     assert 'id="profile-findings"' in page
+    # The run as one file: the same figures, every script inline, nothing live.
+    exported = client.get(f"/runs/{run.pk}/?export=html")
+    assert exported["Content-Disposition"] == f'attachment; filename="run-{run.pk}.html"'
+    html = exported.content.decode()
+    assert "fig-profile-tvm-kernels-data" in html and "Latency (measured)" in html
+    assert not re.search(r"<script[^>]+src=", html) and 'id="cancel-form"' not in html
     saved = client.post(f"/runs/{run.pk}/save-calibration/")
     assert saved.status_code == 302
     target = Target.objects.get(owner=user, name="host-calibrated")

@@ -208,6 +208,12 @@ def test_a_rate_holds_across_its_window_boundary(monkeypatch):
         limits.check("signup", "1.2.3.4", now=boundary + 700)
     limits.check("signup", "1.2.3.4", now=boundary + 730)
     limits.check("signup", "5.6.7.8", now=boundary + 1)  # another address is unaffected
+    # Five uses early in a window: never asked to wait longer than the window itself.
+    for _ in range(5):
+        limits.record("signup", "2.2.2.2", now=boundary + 60)
+    with pytest.raises(limits.LimitExceeded) as early:
+        limits.check("signup", "2.2.2.2", now=boundary + 61)
+    assert early.value.retry_after_s == 3600
     # A rate of 0 refuses everything and says when to look again, not "now".
     monkeypatch.setenv("WORKBENCH_RATE_SIGNUP", "0/60")
     with pytest.raises(limits.LimitExceeded) as off:

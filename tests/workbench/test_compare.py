@@ -107,6 +107,7 @@ def test_tables_export_as_csv(api, two_runs):
         ("?runs=1,1", 400, "each run once"),
         ("?runs=" + ",".join(str(i) for i in range(1, 11)), 400, "at most 8"),
         ("?runs=1,99999999999999999999", 400, "is not a run id"),
+        ("?runs=%C2%B2,1", 400, "is not a run id"),  # a digit to str.isdigit, not to int()
     ],
 )
 def test_bad_compare_requests_are_400(api, query, status, message):
@@ -123,6 +124,13 @@ def test_another_users_runs_are_404_and_anonymous_is_401(two_runs, other_user):
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
     assert mallory.get(f"/api/v1/runs/{a.pk}/figures/").status_code == 404
+    huge = "9" * 30  # past any database integer: still a 404, not a 500
+    assert mallory.get(f"/api/v1/runs/{huge}/figures/").status_code == 404
+    assert mallory.get(f"/api/v1/models/{huge}/history/").status_code == 404
+    assert (
+        mallory.put(f"/api/v1/models/{huge}/baseline/", {"run": 1}, format="json").status_code
+        == 404
+    )
     anonymous = APIClient()
     assert anonymous.get(f"/api/v1/compare/?runs={a.pk},{b.pk}").status_code == 401
     assert anonymous.get(f"/api/v1/runs/{a.pk}/figures/").status_code == 401
@@ -159,3 +167,44 @@ def test_the_html_export_is_one_self_contained_file(user, two_runs):
     assert not re.search(r"<script[^>]+src=", html) and "<link" not in html
     assert "Plotly" in html and len(html) > 3_000_000
     assert 'id="csv-figures"' not in html  # server links are left out of the file
+
+
+def test_history_and_a_pinned_baseline(api, user, two_runs, other_user):
+    a, b = two_runs
+    model = a.model
+    history = api.get(f"/api/v1/models/{model.pk}/history/").json()
+    assert [h["run"] for h in history["runs"]] == [a.pk, b.pk] and history["baseline"] is None
+    assert history["runs"][1]["figures"]["profile.latency_ms"]["value"] == 6.0
+
+    assert api.put(f"/api/v1/models/{model.pk}/baseline/", {"run": a.pk}, format="json").json() == {
+        "model": model.pk,
+        "baseline": a.pk,
+    }
+    assert api.get(f"/api/v1/models/{model.pk}/history/").json()["baseline"] == a.pk
+    for bad in ({"run": "x"}, {"run": 2**70}, {}, [1], {"run": True}):
+        refused = api.put(f"/api/v1/models/{model.pk}/baseline/", bad, format="json")
+        assert refused.status_code == 400, bad
+    other_model = store_model_file(SQUEEZENET, owner=other_user, name="theirs.onnx")
+    theirs = finished_run(other_user, other_model, 1.0, 1.0, 1)
+    refused = api.put(f"/api/v1/models/{model.pk}/baseline/", {"run": theirs.pk}, format="json")
+    assert (
+        refused.status_code == 400
+        and "not a run of this model" in refused.json()["error"]["message"]
+    )
+    assert api.get(f"/api/v1/models/{other_model.pk}/history/").status_code == 404
+
+    # The model page: history drawn with the baseline starred, the pin form, the badge.
+    client = Client()
+    client.force_login(user)
+    page = client.get(f"/models/{model.pk}/").content.decode()
+    assert 'data-figure="fig-history-data"' in page and "star" in page
+    assert f'<option value="{a.pk}" selected>' in page and ">baseline</span>" in page
+    response = client.post(f"/models/{model.pk}/baseline/", {"run": str(b.pk)}, follow=True)
+    assert f"Run {b.pk} is this model&#x27;s baseline." in response.content.decode()
+    model.refresh_from_db()
+    assert model.baseline_run_id == b.pk
+    bad = client.post(f"/models/{model.pk}/baseline/", {"run": "abc"}, follow=True)
+    assert "Baseline not changed: &#x27;abc&#x27; is not a run id" in bad.content.decode()
+    client.post(f"/models/{model.pk}/baseline/", {"run": ""})
+    model.refresh_from_db()
+    assert model.baseline_run_id is None

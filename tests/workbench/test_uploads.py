@@ -92,6 +92,17 @@ def test_missing_file_field_is_a_clear_error(api):
     assert "no file" in response.json()["error"]["message"]
 
 
+def test_a_name_with_a_nul_byte_is_refused_not_a_server_error(api, _media_root):
+    response = api.post(
+        "/api/v1/models/",
+        {"file": SimpleUploadedFile("m.onnx", SQUEEZENET.read_bytes()), "name": "a\x00b"},
+        format="multipart",
+    )
+    assert response.status_code == 400
+    assert "name" in response.json()["error"]["detail"]
+    assert OnnxModel.objects.count() == 0
+
+
 def test_browser_upload_shows_the_error_on_the_page(client, user, _media_root):
     client.force_login(user)
     response = client.post("/models/", {"file": SimpleUploadedFile("notes.onnx", b"garbage" * 100)})

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from engine.options import OptionsError
-from engine.stages import RunOptions
+from engine.stages import STAGE_ORDER, RunOptions
 from workbench.forms import parse_shapes
-from workbench.models import Artifact, InputData, OnnxModel, Run, StageResult, Target
+from workbench.models import Artifact, InputData, OnnxModel, Run, StageResult, Status, Target
 from workbench.snapshots import run_snapshot
 from workbench.targets import visible_targets
 
@@ -43,6 +44,29 @@ class InputDataSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class UploadSerializer(serializers.Serializer):
+    """A multipart upload: the file and an optional name (else the file's own)."""
+
+    file = serializers.FileField()
+    name = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class TargetProfileSerializer(serializers.Serializer):
+    """A target profile (README "Targets"): validated by the engine, which names every
+    field it refuses; start from a built-in target's ``profile``."""
+
+    name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=Target.Kind.choices)
+    units = serializers.ListField(
+        child=serializers.DictField(), help_text="compute units: name, kind, peak_gflops, ..."
+    )
+    links = serializers.ListField(child=serializers.DictField(), required=False)
+    power = serializers.DictField(required=False)
+    network = serializers.DictField(required=False, help_text="one network, named 'default'")
+    networks = serializers.ListField(child=serializers.DictField(), required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+
+
 class TargetSerializer(serializers.ModelSerializer):
     builtin = serializers.BooleanField(source="is_builtin", read_only=True)
     units = serializers.ListField(source="unit_names", read_only=True)
@@ -63,6 +87,44 @@ class TargetSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+# The run request's JSON fields are checked by the engine's RunOptions (one place for every
+# default and limit); these classes only tell the schema what they hold.
+@extend_schema_field({"type": "array", "items": {"type": "string", "enum": STAGE_ORDER}})
+class StagesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": {"type": "integer"}},
+            },
+            {"type": "string"},
+        ]
+    }
+)
+class InputShapesField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {name: {"type": "object"} for name in STAGE_ORDER},
+        "additionalProperties": False,
+    }
+)
+class OptionsField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "number"})
+class WindowField(serializers.JSONField):
+    pass
+
+
 class RunCreateSerializer(serializers.Serializer):
     """A run request. The stages and their options are validated by the engine's
     :class:`RunOptions`, as the web form's are: a bad option is a 400 naming the field
@@ -70,16 +132,16 @@ class RunCreateSerializer(serializers.Serializer):
 
     model = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
     target = serializers.CharField(default="host", max_length=200, help_text="target id or name")
-    stages = serializers.JSONField(default=["analyze"], help_text="stage names, in any order")
-    input_shapes = serializers.JSONField(
+    stages = StagesField(default=["analyze"], help_text="stage names, in any order")
+    input_shapes = InputShapesField(
         required=False, default=dict, help_text='{"input": [1, 3, 224, 224]} or "input=1x3x224x224"'
     )
-    options = serializers.JSONField(
+    options = OptionsField(
         required=False,
         default=dict,
         help_text='per-stage options, e.g. {"memory": {"in_place": true}}',
     )
-    profile_window_s = serializers.JSONField(
+    profile_window_s = WindowField(
         required=False, help_text="shorthand for options.profile.window_s"
     )
 
@@ -94,7 +156,7 @@ class RunCreateSerializer(serializers.Serializer):
         visible = visible_targets(user)
         target = (
             visible.filter(pk=int(value)).first()
-            if value.isdigit() and len(value) < 12
+            if value.isascii() and value.isdigit() and len(value) < 12  # not '²'
             else visible.filter(name=value).order_by("-version").first()
         )
         if target is None:
@@ -168,7 +230,7 @@ def _field_path(path: str) -> str:
 
 
 class StageResultSerializer(serializers.ModelSerializer):
-    duration_s = serializers.FloatField(read_only=True)
+    duration_s = serializers.FloatField(read_only=True, allow_null=True)
 
     class Meta:
         model = StageResult
@@ -196,6 +258,33 @@ class ArtifactSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class StageSnapshotSerializer(serializers.Serializer):
+    stage = serializers.CharField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    progress = serializers.FloatField()
+    message = serializers.CharField()
+    attempts = serializers.IntegerField()
+    worker = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    error_code = serializers.CharField()
+    error_message = serializers.CharField()
+
+
+class RunSnapshotSerializer(serializers.Serializer):
+    """The run's state as the websocket sends it (``workbench.snapshots``)."""
+
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Status.choices)
+    progress = serializers.FloatField(help_text="0..1")
+    error_code = serializers.CharField()
+    error_message = serializers.CharField()
+    created_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    stages = StageSnapshotSerializer(many=True)
+
+
 class RunSerializer(serializers.ModelSerializer):
     model = serializers.IntegerField(source="model_id", read_only=True)
     target = serializers.CharField(source="target.name", read_only=True)
@@ -216,5 +305,6 @@ class RunSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(RunSnapshotSerializer)
     def get_snapshot(self, obj: Run) -> dict:
         return run_snapshot(obj)
