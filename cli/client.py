@@ -85,9 +85,11 @@ class Api:
         )
 
     def upload(self, path: Path, name: str) -> dict:
+        """Upload without the server's automatic analysis: submit starts its own run."""
         boundary = uuid.uuid4().hex
         head = (
             f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\n{name}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="analyze"\r\n\r\nfalse\r\n'
             f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
             "Content-Type: application/octet-stream\r\n\r\n"
         ).encode()

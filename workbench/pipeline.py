@@ -53,6 +53,21 @@ def create_run(
     return run
 
 
+def default_target() -> Target | None:
+    """The built-in host target, latest version: where a fresh upload is analyzed."""
+    return Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
+
+
+def start_analysis(owner, model: OnnxModel) -> Run:
+    """The analysis every new upload gets, from the web page and the API alike."""
+    return create_run(
+        owner=owner,
+        model=model,
+        target=default_target(),
+        options=RunOptions.from_dict(["analyze"]),
+    )
+
+
 class RetryRefused(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)

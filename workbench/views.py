@@ -14,7 +14,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
-from engine.stages import RunOptions
 from frontend.comparison import comparison_context
 from frontend.dashboard import verdicts, what_to_do
 from frontend.figures.compare import history_lines
@@ -66,12 +65,7 @@ def model_list(request):
                 if not created:
                     messages.info(request, f"You already uploaded this exact file as {model.name}.")
                     return redirect("model-detail", pk=model.pk)
-                run = pipeline.create_run(
-                    owner=request.user,
-                    model=model,
-                    target=_default_target(),
-                    options=RunOptions.from_dict(["analyze"]),
-                )
+                run = pipeline.start_analysis(request.user, model)
                 messages.success(
                     request, f"Uploaded {model.name}; analysis started (run {run.pk})."
                 )
@@ -354,7 +348,7 @@ def api_token(request):
 
 
 def _default_target() -> Target | None:
-    return Target.objects.filter(owner__isnull=True, name="host").order_by("-version").first()
+    return pipeline.default_target()
 
 
 @login_required

@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from tests.conftest import SQUEEZENET
-from workbench.models import OnnxModel
+from workbench.models import OnnxModel, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -51,6 +51,31 @@ def test_upload_stores_model_content_addressed_and_once(api, _media_root):
     assert again.json()["id"] == body["id"]
     files = stored_files(_media_root)
     assert [f.name for f in files] == [f"{body['sha256']}.onnx"]
+    # As on the web page, a new upload is analyzed at once (the same bytes again are not).
+    run = Run.objects.get(pk=body["analysis_run"])
+    assert run.model_id == body["id"] and run.config["stages"] == ["analyze"]
+    assert run.target.name == "host" and again.json()["analysis_run"] is None
+
+
+def test_an_api_upload_can_skip_the_analysis_and_a_limit_keeps_the_upload(api, settings):
+    quiet = api.post(
+        "/api/v1/models/",
+        {"file": SimpleUploadedFile("a.onnx", SQUEEZENET.read_bytes()), "analyze": "false"},
+        format="multipart",
+    )
+    assert quiet.status_code == 201 and quiet.json()["analysis_run"] is None
+    assert Run.objects.count() == 0
+    bad = api.post(
+        "/api/v1/models/",
+        {"file": SimpleUploadedFile("a.onnx", b"x"), "analyze": "maybe"},
+        format="multipart",
+    )
+    assert bad.status_code == 400 and "analyze must be" in bad.json()["error"]["message"]
+    settings.MAX_ACTIVE_RUNS = 0
+    inception = SQUEEZENET.parent / "light_inception_v1.onnx"
+    limited = upload(api, inception.read_bytes(), "inception.onnx")
+    assert limited.status_code == 201 and limited.json()["analysis_run"] is None
+    assert "runs queued or running" in limited.json()["analysis_not_started"]
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,19 @@ class OnnxModelSerializer(serializers.ModelSerializer):
         return obj.analysis is not None
 
 
+class UploadedModelSerializer(OnnxModelSerializer):
+    """The upload's answer: the model, and the analysis run it started (null when the
+    model was already there, ``analyze`` was false, or a limit stopped it: then
+    ``analysis_not_started`` says which)."""
+
+    analysis_run = serializers.IntegerField(allow_null=True, read_only=True)
+    analysis_not_started = serializers.CharField(required=False, read_only=True)
+
+    class Meta(OnnxModelSerializer.Meta):
+        fields = [*OnnxModelSerializer.Meta.fields, "analysis_run", "analysis_not_started"]
+        read_only_fields = fields
+
+
 class InputDataSerializer(serializers.ModelSerializer):
     class Meta:
         model = InputData
@@ -49,6 +62,14 @@ class UploadSerializer(serializers.Serializer):
 
     file = serializers.FileField()
     name = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ModelUploadSerializer(UploadSerializer):
+    analyze = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="start the analysis run a new upload gets on the web page (default true)",
+    )
 
 
 class TargetProfileSerializer(serializers.Serializer):

@@ -23,15 +23,18 @@ from workbench.api.schema import errors
 from workbench.api.serializers import (
     ArtifactSerializer,
     InputDataSerializer,
+    ModelUploadSerializer,
     OnnxModelSerializer,
     RunCreateSerializer,
     RunSerializer,
     StageResultSerializer,
     TargetProfileSerializer,
     TargetSerializer,
+    UploadedModelSerializer,
     UploadSerializer,
 )
 from workbench.downloads import artifact_response
+from workbench.limits import LimitExceeded
 from workbench.models import Artifact, OnnxModel, Run, Status, Target
 from workbench.targets import (
     TargetRejected,
@@ -96,16 +99,23 @@ class ModelViewSet(
 
     @extend_schema(
         summary="Upload a model",
-        description="Multipart: `file` (the .onnx) and an optional `name`. The same bytes "
-        "uploaded again return the model you already have (200) instead of a copy.",
-        request={MULTIPART: UploadSerializer},
+        description="Multipart: `file` (the .onnx), an optional `name` and `analyze` "
+        "(default true: a new model is analyzed at once, as on the web page; "
+        "`analysis_run` is that run). The same bytes uploaded again return the model you "
+        "already have (200) instead of a copy.",
+        request={MULTIPART: ModelUploadSerializer},
         responses={
-            201: OpenApiResponse(OnnxModelSerializer, description="A new model."),
-            200: OpenApiResponse(OnnxModelSerializer, description="You already had it."),
+            201: OpenApiResponse(UploadedModelSerializer, description="A new model."),
+            200: OpenApiResponse(UploadedModelSerializer, description="You already had it."),
             **errors(403, 413, 429),
         },
     )
     def create(self, request):
+        analyze = request.data.get("analyze", "true")
+        if analyze not in ("true", "false", "1", "0", True, False):
+            return error_response(
+                "invalid_request", "analyze must be 'true' or 'false'", 400, {"analyze": analyze}
+            )
         try:
             uploaded = request.FILES.get("file")
             check_not_too_large(request._request)
@@ -114,8 +124,17 @@ class ModelViewSet(
             )
         except UploadRejected as e:
             return error_response(e.code, e.message, e.status)
+        body = dict(OnnxModelSerializer(model).data)
+        body["analysis_run"] = None
+        if created and analyze in ("true", "1", True):
+            # As the web page does: a new upload is analyzed at once. A limit reached
+            # keeps the upload and says why no analysis started.
+            try:
+                body["analysis_run"] = pipeline.start_analysis(request.user, model).pk
+            except LimitExceeded as e:
+                body["analysis_not_started"] = e.message
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-        return Response(self.get_serializer(model).data, status=code)
+        return Response(body, status=code)
 
     @extend_schema(
         methods=["GET"],
