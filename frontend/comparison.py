@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frontend.figures.compare import memory_overlay, ops_bars
+from frontend.figures.compare import memory_overlay, ops_bars, schedule_bars
 from frontend.units import format_delta, format_figure
 
 
@@ -38,5 +38,16 @@ def comparison_context(comparison: dict) -> dict:
         "ids": ",".join(str(r["id"]) for r in comparison["runs"]),
         "rows": rows,
         "kernel_rows": kernel_rows,
-        "figures": {"ops": ops_bars(comparison), "memory": memory_overlay(comparison)},
+        "agreement": [
+            {"run": run["id"], **a}
+            for run, a in zip(
+                comparison["runs"][1:], comparison["schedules"]["placement_agreement"], strict=True
+            )
+            if a is not None
+        ],
+        "figures": {
+            "ops": ops_bars(comparison),
+            "memory": memory_overlay(comparison),
+            "schedules": schedule_bars(comparison),
+        },
     }

@@ -41,6 +41,7 @@ def compare_runs(runs: list[RunReports]) -> dict:
         "ops": _align_ops(runs),
         "kernels": _align_kernels(runs),
         "memory": [_memory_curve(r) for r in runs],
+        "schedules": _schedules(runs),
         "noise_rule": (
             "a measured figure's change is noise when it is within the larger of the two "
             "runs' run-to-run spreads (interquartile range / median)"
@@ -214,6 +215,42 @@ def _align_kernels(runs: list[RunReports]) -> dict:
         if table and any(n not in table for n in names)
     ]
     return {"rows": rows, "unaligned": unaligned, "note": _missing(runs, tables, "TVM kernel")}
+
+
+def _schedules(runs: list[RunReports]) -> dict:
+    """Each run's best partition plan: busy time per compute unit, its makespan, and how
+    many of the reference's ops the other runs place on the same unit."""
+    plans = []
+    for run in runs:
+        partition = run.results.get("partition")
+        best = (partition or {}).get("best")
+        result = ((partition or {}).get("results") or {}).get(best)
+        if not result:
+            plans.append(None)
+            continue
+        plans.append(
+            {
+                "run": run.id,
+                "target": partition.get("target"),
+                "algorithm": best,
+                "makespan_ms": result.get("makespan_ms"),
+                "unit_busy_us": result.get("unit_busy_us") or {},
+                "placement": result.get("placement") or {},
+            }
+        )
+    same = []
+    reference = plans[0]
+    for plan in plans[1:]:
+        if reference is None or plan is None:
+            same.append(None)
+            continue
+        shared = [op for op in reference["placement"] if op in plan["placement"]]
+        agree = sum(1 for op in shared if reference["placement"][op] == plan["placement"][op])
+        same.append({"ops": len(shared), "same_unit": agree})
+    for plan in plans:
+        if plan is not None:
+            del plan["placement"]  # per op: large, and in each run's own report
+    return {"plans": plans, "placement_agreement": same}
 
 
 def _memory_curve(run: RunReports) -> dict | None:

@@ -89,6 +89,43 @@ def memory_overlay(comparison: dict) -> dict | None:
     }
 
 
+def schedule_bars(comparison: dict) -> dict | None:
+    """Busy time per compute unit of each run's best partition plan, runs side by side,
+    each run's makespan in its legend entry."""
+    plans = [
+        (run, plan)
+        for run, plan in zip(comparison["runs"], comparison["schedules"]["plans"], strict=True)
+        if plan is not None
+    ]
+    if not plans:
+        return None
+    units: list[str] = []
+    for _, plan in plans:
+        units += [u for u in plan["unit_busy_us"] if u not in units]
+    data = [
+        {
+            "type": "bar",
+            "name": f"{run['label']}: {plan['algorithm']}, makespan {plan['makespan_ms']:.3f} ms",
+            "x": units,
+            "y": [(plan["unit_busy_us"].get(u) or 0.0) / 1000.0 for u in units],
+            "marker": {"color": _PALETTE[comparison["runs"].index(run) % len(_PALETTE)]},
+            "hovertemplate": "%{x}: busy %{y:.3f} ms<extra>%{fullData.name}</extra>",
+        }
+        for run, plan in plans
+    ]
+    return {
+        "data": data,
+        "layout": {
+            **_LAYOUT,
+            "barmode": "group",
+            "height": 360,
+            "title": {"text": "Partition plans: busy time per compute unit (predicted)"},
+            "yaxis": {"title": {"text": "busy (ms)"}},
+            "legend": {"orientation": "h", "y": 1.15},
+        },
+    }
+
+
 HISTORY_KEYS = (
     "profile.latency_ms",
     "compile.latency_ms",

@@ -200,3 +200,24 @@ def test_delta_of_unknown_and_of_words():
     assert delta({"value": None}, {"value": 3})["direction"] == "unknown"
     assert delta({"value": "pass"}, {"value": "fail"})["direction"] == "changed"
     assert delta(None, {"value": 1})["direction"] == "missing"
+
+
+def test_partition_plans_side_by_side_with_placement_agreement():
+    def partition(placement, busy, makespan):
+        return {
+            "best": "heft",
+            "target": "phone",
+            "best_makespan_ms": makespan,
+            "algorithms": {"heft": {"speedup": 1.2}},
+            "results": {
+                "heft": {"makespan_ms": makespan, "unit_busy_us": busy, "placement": placement}
+            },
+        }
+
+    a = RunReports(1, "a", {"partition": partition({"n0": "cpu", "n1": "gpu"}, {"cpu": 5.0}, 2.0)})
+    b = RunReports(2, "b", {"partition": partition({"n0": "cpu", "n1": "cpu"}, {"cpu": 9.0}, 3.0)})
+    c = RunReports(3, "c", {})
+    got = compare_runs([a, b, c])["schedules"]
+    assert got["placement_agreement"] == [{"ops": 2, "same_unit": 1}, None]
+    assert got["plans"][1]["unit_busy_us"] == {"cpu": 9.0} and got["plans"][2] is None
+    assert "placement" not in got["plans"][0]

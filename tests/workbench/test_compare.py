@@ -151,6 +151,7 @@ def test_the_run_list_ticks_runs_into_the_compare_page(user, two_runs):
     assert 'id="compare-figures"' in page and "-25.0% better" in page
     assert 'data-figure="fig-compare-ops-data"' in page
     assert 'data-figure="fig-compare-memory-data"' in page
+    assert "none of these runs partitioned the model" in page
     one = client.get(f"/compare/?runs={a.pk}", follow=True).content.decode()
     assert "cannot compare: give two or more run ids" in one
 
