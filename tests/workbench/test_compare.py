@@ -134,6 +134,12 @@ def test_another_users_runs_are_404_and_anonymous_is_401(two_runs, other_user):
     anonymous = APIClient()
     assert anonymous.get(f"/api/v1/compare/?runs={a.pk},{b.pk}").status_code == 401
     assert anonymous.get(f"/api/v1/runs/{a.pk}/figures/").status_code == 401
+    assert anonymous.get(f"/api/v1/models/{a.model_id}/history/").status_code == 401
+    put = anonymous.put(f"/api/v1/models/{a.model_id}/baseline/", {"run": a.pk}, format="json")
+    assert put.status_code == 401
+    assert mallory.get(f"/api/v1/models/{a.model_id}/history/").status_code == 404
+    put = mallory.put(f"/api/v1/models/{a.model_id}/baseline/", {"run": a.pk}, format="json")
+    assert put.status_code == 404
     page = Client()
     page.force_login(other_user)
     assert page.get(f"/compare/?runs={a.pk},{b.pk}").status_code == 404
