@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.stages import STAGES
 from frontend.figures.accuracy import (
     error_by_layer,
     error_histogram,
@@ -184,6 +185,7 @@ def present(stage: str, result: dict | None, results: dict | None = None) -> dic
         return None
     return {
         "stage": stage,
+        "label": STAGES[stage].label if stage in STAGES else stage,
         "template": presenter.template,
         "result": result,
         "figures": presenter.figures(result),

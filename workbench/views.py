@@ -19,6 +19,7 @@ from frontend.dashboard import verdicts, what_to_do
 from frontend.figures.compare import history_lines
 from frontend.figures.graph import graph_payload
 from frontend.presenters import present
+from frontend.units import format_figure
 from workbench import pipeline, tokens
 from workbench.authentication import expires_at
 from workbench.compare import (
@@ -198,9 +199,12 @@ def run_detail(request, pk: int):
     for shown in presentations[:-1]:
         if any(later.get("graph") for later in presentations[presentations.index(shown) + 1 :]):
             shown.pop("graph", None)
+    figures = figures_of(run)
     context = {
         "run": run,
         "stages": stages,
+        "answers": verdicts({f["key"]: f for f in figures}),
+        "figure_rows": [{**f, "text": format_figure(f["value"], f["unit"])} for f in figures],
         "snapshot": run_snapshot(run),
         "presentations": presentations,
         "artifacts": run.artifacts.all(),

@@ -99,13 +99,23 @@ def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
     page.fill("#id_profile_window_s", "1")
     page.click("#run-form button[type=submit]")
     expect(page.locator("#run-status")).to_have_text("succeeded", timeout=240_000)
+    # The answers first, each saying what it is; then a tab per stage.
+    expect(page.locator("#answers .verdict").first).to_contain_text("latency")
+    assert "measured on" in page.locator("#answers .verdict").first.get_attribute("title")
+    expect(page.locator("#stage-tabs [role=tab]")).to_have_count(3)
+    expect(page.locator("#panel-memory")).to_be_hidden()
+    page.click("#tab-profile")
     # Profile: every TVM kernel timed on the worker, drawn next to onnxruntime's nodes.
     expect(page.locator("#fig-profile-tvm-kernels .main-svg").first).to_be_visible()
     rows = page.locator("#profile-tvm-kernels tbody tr")
     expect(rows.first).to_be_visible()
     assert rows.count() >= 20
     assert "Measured on this machine" in page.locator("#profile").inner_text()
-    # Memory: TVM's static allocations next to our plan of the same tensors.
+    # Memory: TVM's static allocations next to our plan of the same tensors. The arrow key
+    # moves to the next tab, and the address remembers it.
+    page.locator("#tab-profile").press("ArrowRight")
+    expect(page.locator("#panel-profile")).to_be_hidden()
+    assert page.url.endswith("#tab-memory")
     expect(page.locator("#memory-tvm-bytes")).to_contain_text("MB")
     expect(page.locator("#fig-memory-tvm .main-svg").first).to_be_visible()
     if os.environ.get("WORKBENCH_SCREENSHOTS"):

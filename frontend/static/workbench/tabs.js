@@ -1,0 +1,33 @@
+// One stage's results at a time: a tab per stage (every panel shows without JS). The
+// address keeps the open tab (#tab-memory), so a link opens it; arrow keys move between
+// tabs; figures drawn in a hidden panel are resized when it opens.
+(function () {
+  var bar = document.getElementById("stage-tabs");
+  if (!bar) return;
+  var tabs = Array.prototype.slice.call(bar.querySelectorAll('[role="tab"]'));
+  if (tabs.length < 2) { bar.hidden = true; return; }
+
+  function open(tab, focus) {
+    tabs.forEach(function (t) {
+      var selected = t === tab;
+      t.setAttribute("aria-selected", selected ? "true" : "false");
+      t.tabIndex = selected ? 0 : -1;
+      document.getElementById(t.getAttribute("aria-controls")).hidden = !selected;
+    });
+    if (focus) tab.focus();
+    if (window.history.replaceState) window.history.replaceState(null, "", "#" + tab.id);
+    window.dispatchEvent(new Event("resize"));
+  }
+
+  tabs.forEach(function (tab, i) {
+    tab.addEventListener("click", function () { open(tab, false); });
+    tab.addEventListener("keydown", function (event) {
+      var step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+      if (!step) return;
+      event.preventDefault();
+      open(tabs[(i + step + tabs.length) % tabs.length], true);
+    });
+  });
+  var wanted = document.getElementById(window.location.hash.slice(1));
+  open(tabs.indexOf(wanted) >= 0 ? wanted : tabs[0], false);
+})();
