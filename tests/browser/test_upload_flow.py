@@ -76,6 +76,9 @@ def test_progress_updates_live_and_cancel_works(user, web, page):
     )
     latest = dashboard.locator("#dashboard-runs tbody tr").first
     expect(latest.locator("text=What to do")).to_be_visible()
+    # Every page says when a run ends while it is open.
+    expect(dashboard.locator("#notices")).to_contain_text("cancelled")
+    expect(dashboard.locator("#notices")).to_contain_text("succeeded")
 
 
 def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
