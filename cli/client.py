@@ -26,6 +26,7 @@ from pathlib import Path
 
 from cli.junit import junit_xml
 from engine.report.gates import GateError, evaluate, parse_gate
+from frontend.units import format_figure
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_GATE = 0, 1, 2, 3
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -225,6 +226,12 @@ def _download(args) -> int:
 def _submit(args) -> int:
     if not args.model.is_file():
         raise ClientError(f"{args.model}: no such file")
+    gating = args.gate or args.baseline is not None or args.junit or args.summary
+    gating = gating or any(
+        getattr(args, f) is not None for f in ("max_latency_ms", "max_params", "max_macs")
+    )
+    if gating and not args.wait:
+        raise ClientError("gates, --baseline, --junit and --summary need --wait")
     if args.wait:
         _gates(args)  # a gate that cannot be read stops us before the upload
     api = Api(args.url, args.token)
@@ -278,7 +285,7 @@ def _wait(args) -> int:
     if args.baseline is not None:
         baseline = _figure_map(api, args.baseline)
     deadline = time.monotonic() + args.timeout
-    delay, shown = 0.5, {}
+    delay, shown, timed_out = 0.5, {}, False
     while True:
         run = api.request("GET", f"runs/{args.run}/")
         if not args.quiet:
@@ -286,28 +293,34 @@ def _wait(args) -> int:
         if run["status"] in TERMINAL:
             break
         if time.monotonic() > deadline:
-            raise ClientError(
-                f"run {args.run} still {run['status']} after {args.timeout:.0f} s", EXIT_GATE
-            )
+            timed_out = True
+            break
         time.sleep(delay)
         delay = min(delay * 1.5, 5.0)
     report = {
         "run": run["id"],
-        "status": run["status"],
-        "error": run["snapshot"].get("error_message") or None,
+        "status": "timeout" if timed_out else run["status"],
+        "error": (
+            f"still {run['status']} after {args.timeout:.0f} s"
+            if timed_out
+            else run["snapshot"].get("error_message") or None
+        ),
         "stages": [_stage_entry(s) for s in run["snapshot"]["stages"]],
         "baseline": args.baseline,
         "gates": [],
     }
-    if gates:
+    if gates and not timed_out:
         figures = _figure_map(api, run["id"])
         report["gates"] = [evaluate(g, figures, baseline).to_dict() for g in gates]
     passed = run["status"] == "succeeded" and all(g["passed"] for g in report["gates"])
-    report["passed"] = passed
+    report["passed"] = passed and not timed_out
+    # The reports are written whatever happened: a CI job reads them to say why it failed.
     if args.junit:
         args.junit.write_bytes(junit_xml(report))
     if args.summary:
         args.summary.write_text(json.dumps(report, indent=2))
+    if timed_out:
+        raise ClientError(f"run {args.run} {report['error']}", EXIT_GATE)
     lines = [
         f"run {run['id']}: {run['status']}" + (f" ({report['error']})" if report["error"] else "")
     ]
@@ -316,7 +329,7 @@ def _wait(args) -> int:
         for g in report["gates"]
     ]
     _emit(args, report, "\n".join(lines))
-    return EXIT_OK if passed else EXIT_GATE
+    return EXIT_OK if report["passed"] else EXIT_GATE
 
 
 def _baseline_arg(text: str) -> int | str:
@@ -329,7 +342,7 @@ def _baseline_arg(text: str) -> int | str:
 
 def _pinned_baseline(api: Api, run_id: int) -> int:
     model = api.request("GET", f"runs/{run_id}/")["model"]
-    pinned = api.request("GET", f"models/{model}/history/")["baseline"]
+    pinned = api.request("GET", f"models/{model}/")["baseline_run"]
     if pinned is None:
         raise ClientError(
             f"model {model} has no pinned baseline run: pin one on the model's page or with "
@@ -424,12 +437,7 @@ def _compare(args) -> int:
 
 
 def _value(figure: dict) -> str:
-    value, unit = figure.get("value"), figure.get("unit", "")
-    if value is None:
-        return "unknown"
-    if isinstance(value, (bool, str)):
-        return str(value)
-    return f"{value:.6g}{' ' + unit if unit else ''}"
+    return format_figure(figure.get("value"), figure.get("unit", ""))
 
 
 def _result(args) -> int:

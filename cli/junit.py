@@ -3,43 +3,56 @@ GitHub Actions reporters): one test suite per run, one test case per stage and p
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
+
+# What XML 1.0 cannot hold (compiler and runtime messages carry ANSI escapes and NULs).
+_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _text(value) -> str:
+    return _ILLEGAL.sub("?", str(value))
 
 
 def junit_xml(report: dict) -> bytes:
     """``report`` as :func:`cli.client._wait` builds it: run, status, stages, gates."""
     run = report["run"]
     suite = ET.Element("testsuite", name=f"workbench run {run}")
-    cases = []
+    # The run itself: a CI job that exits 3 must not show green.
+    whole = ET.Element("testcase", name="run", classname=f"workbench.run{run}", time="0.000")
+    if report["status"] != "succeeded":
+        message = _text(report.get("error") or f"the run is {report['status']}")
+        ET.SubElement(
+            whole, "failure", message=message, type=f"run_{report['status']}"
+        ).text = message
+    cases = [whole]
     for stage in report.get("stages", []):
         case = ET.Element(
             "testcase",
-            name=f"stage {stage['stage']}",
+            name=_text(f"stage {stage['stage']}"),
             classname=f"workbench.run{run}.stages",
             time=f"{stage.get('duration_s') or 0:.3f}",
         )
         if stage["status"] == "failed":
-            failure = ET.SubElement(
-                case, "failure", message=stage.get("error") or "failed", type="stage_failed"
-            )
-            failure.text = stage.get("error") or ""
+            error = _text(stage.get("error") or "failed")
+            ET.SubElement(case, "failure", message=error, type="stage_failed").text = error
         elif stage["status"] != "succeeded":
             ET.SubElement(case, "skipped", message=f"stage {stage['status']}")
         cases.append(case)
     for gate in report.get("gates", []):
         case = ET.Element(
             "testcase",
-            name=f"gate {gate['expression']}",
+            name=_text(f"gate {gate['expression']}"),
             classname=f"workbench.run{run}.gates",
             time="0.000",
         )
+        text = _text(f"{gate['reason']}\nwhat it is: {gate['basis']}")
         if not gate["passed"]:
-            failure = ET.SubElement(case, "failure", message=gate["reason"], type="gate_failed")
-            failure.text = f"{gate['reason']}\nwhat it is: {gate['basis']}"
+            reason = _text(gate["reason"])
+            ET.SubElement(case, "failure", message=reason, type="gate_failed").text = text
         else:
-            out = ET.SubElement(case, "system-out")
-            out.text = f"{gate['reason']}\nwhat it is: {gate['basis']}"
+            ET.SubElement(case, "system-out").text = text
         cases.append(case)
     failures = sum(1 for c in cases if c.find("failure") is not None)
     skipped = sum(1 for c in cases if c.find("skipped") is not None)

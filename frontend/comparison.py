@@ -17,7 +17,7 @@ def comparison_context(comparison: dict) -> dict:
                 d = row["deltas"][i - 1]
                 cell.update(delta=format_delta(d), direction=d["direction"])
             cells.append(cell)
-        bases = {v["basis"] for v in row["values"] if v is not None}
+        bases = dict.fromkeys(v["basis"] for v in row["values"] if v is not None)
         rows.append(
             {"key": row["key"], "label": row["label"], "cells": cells, "basis": " / ".join(bases)}
         )

@@ -9,6 +9,7 @@ import io
 from engine.report.compare import RunReports, compare_runs
 from engine.report.headlines import headline_figures
 from workbench.models import Run
+from workbench.snapshots import light_stages
 
 MAX_RUNS = 8
 
@@ -77,7 +78,24 @@ def compare_for(user, ids: list[int]) -> dict:
 
 
 def figures_of(run: Run) -> list[dict]:
-    return [f.to_dict() for f in headline_figures(reports_of(run).results)]
+    """The run's headline figures, from what each succeeded stage stored beside its result
+    (prefetch the stages with :func:`light_stages`: no result is read)."""
+    figures: list[dict] = []
+    for stage in sorted(run.stages.all(), key=lambda s: s.position):
+        if stage.status != "succeeded":
+            continue
+        if stage.figures is None:  # stored before figures were kept, or made by hand
+            figures += [f.to_dict() for f in headline_figures({stage.stage: stage.result})]
+        else:
+            figures += stage.figures
+    return figures
+
+
+def _cell(value) -> str:
+    """A CSV cell that a spreadsheet shows as text: node and model names come from uploads,
+    and one starting with = + - @ would run as a formula."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def figures_csv(comparison: dict) -> str:
@@ -97,7 +115,7 @@ def figures_csv(comparison: dict) -> str:
             [row["key"], row["label"], row["unit"], row["better"] or ""]
             + ["" if v is None else v for v in values]
             + ["" if d is None else f"{d:.2f}" for d in deltas]
-            + ["" if b is None else b for b in bases]
+            + [_cell(b) for b in bases]
         )
     return out.getvalue()
 
@@ -113,7 +131,7 @@ def ops_csv(comparison: dict) -> str:
     )
     for row in comparison["ops"]["rows"]:
         writer.writerow(
-            [row["name"], row["op_type"]]
+            [_cell(row["name"]), _cell(row["op_type"])]
             + ["" if v is None else f"{v:.3f}" for v in row["latency_us"]]
             + ["" if d is None else f"{d:.2f}" for d in row["delta_pct"]]
         )
@@ -129,13 +147,13 @@ def model_history(model, limit: int = HISTORY_RUNS) -> dict:
     runs = list(
         Run.objects.filter(model=model)
         .select_related("target", "model")
-        .prefetch_related("stages")
+        .prefetch_related(light_stages())
         .order_by("-created_at", "-id")[:limit]
     )
     runs.reverse()
     entries = []
     for run in runs:
-        figures = headline_figures(reports_of(run).results)
+        figures = figures_of(run)
         entries.append(
             {
                 "run": run.pk,
@@ -143,7 +161,7 @@ def model_history(model, limit: int = HISTORY_RUNS) -> dict:
                 "target": run.target.name if run.target else None,
                 "status": run.status,
                 "figures": {
-                    f.key: {"value": f.value, "unit": f.unit, "measured": f.measured}
+                    f["key"]: {"value": f["value"], "unit": f["unit"], "measured": f["measured"]}
                     for f in figures
                 },
             }

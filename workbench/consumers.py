@@ -7,7 +7,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from workbench.events import user_group
 from workbench.models import ACTIVE, Run
-from workbench.snapshots import run_snapshot
+from workbench.snapshots import light_stages, run_snapshot
 
 NOT_FOUND = 4404
 
@@ -69,5 +69,5 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _active(self, user) -> list[dict]:
-        runs = Run.objects.filter(owner=user, status__in=ACTIVE).prefetch_related("stages")
+        runs = Run.objects.filter(owner=user, status__in=ACTIVE).prefetch_related(light_stages())
         return [run_snapshot(r) for r in runs[:50]]

@@ -1,7 +1,7 @@
 """Rate limits and per-user quotas: what a stranger with an account (or without one) can make
 the workbench do, and how often.
 
-Rates are fixed windows counted in Django's cache (Redis when ``REDIS_URL`` is set, so every
+Rates are sliding windows (see :func:`check`) counted in Django's cache (Redis when ``REDIS_URL`` is set, so every
 web process counts together; the embedded profile's one web process uses its local memory).
 Each is configurable as ``WORKBENCH_RATE_<SCOPE>=<count>/<seconds>``:
 
@@ -142,9 +142,9 @@ def check(scope: str, ident: str, now: float | None = None) -> None:
         free_at = (current + previous + 1 - r.count) / previous
     else:
         free_at = 1.0 + (current + 1 - r.count) / current
-    # The weighting assumes uses spread evenly over a window; no use counts for longer than
-    # the window itself, so never ask to wait longer than that.
-    left_s = min(r.seconds, max(1, math.ceil((free_at - into) * r.seconds)))
+    # When the estimate itself lets one more through (it weighs a window's uses as spread
+    # evenly over it, so this can exceed the window): asking earlier would be refused again.
+    left_s = max(1, math.ceil((free_at - into) * r.seconds))
     raise LimitExceeded(
         f"too many {WHAT[scope]}: the limit is {r.describe()}. Try again in {_duration(left_s)}.",
         code="throttled",

@@ -176,6 +176,9 @@ class StageResult(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     log_excerpt = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
+    # The result's headline figures (engine.report.headlines), kept beside it so lists,
+    # the dashboard and histories read a few numbers instead of the whole result.
+    figures = models.JSONField(null=True, blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
 

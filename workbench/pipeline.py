@@ -18,6 +18,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from engine.options import OptionsError
+from engine.report.headlines import headline_figures
 from engine.stages import STAGES, RunOptions
 from workbench import limits
 from workbench.celery import app
@@ -107,6 +108,7 @@ def retry_run(run: Run) -> Run:
                 progress=1.0 if kept else 0.0,
                 message=f"kept from run {run.pk}" if kept else "",
                 result=old.result if kept else None,
+                figures=old.figures if kept else None,
                 started_at=old.started_at if kept else None,
                 finished_at=old.finished_at if kept else None,
                 worker=old.worker if kept else "",
@@ -207,6 +209,13 @@ def claim_stage(stage_id: int, *, worker: str) -> StageResult | None:
     return stage
 
 
+def stage_figures(stage: str, result: dict | None) -> list[dict] | None:
+    """The headline figures of one stage's result, as stored beside it."""
+    if not result:
+        return None
+    return [f.to_dict() for f in headline_figures({stage: result})]
+
+
 def finish_stage(
     stage: StageResult,
     *,
@@ -225,6 +234,7 @@ def finish_stage(
             message=message[:300],
             finished_at=now,
             result=result,
+            figures=stage_figures(stage.stage, result),
             log_excerpt=log_excerpt[-4000:],
         )
         if not done:  # cancelled or reaped meanwhile: the result is dropped on purpose

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from workbench.models import Run
+from django.db.models import Prefetch
+
+from workbench.models import Run, StageResult
 
 
 def _iso(value) -> str | None:
     return value.isoformat() if value else None
+
+
+def light_stages() -> Prefetch:
+    """A run's stages without their results (which can be megabytes): for snapshots, lists
+    and headline figures (stored beside each result)."""
+    return Prefetch("stages", queryset=StageResult.objects.defer("result", "log_excerpt"))
 
 
 def run_snapshot(run: Run) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.authtoken.models import Token
 
+from engine.report.headlines import headline_figures
 from frontend.comparison import comparison_context
 from frontend.dashboard import verdicts, what_to_do
 from frontend.figures.compare import history_lines
@@ -34,7 +36,7 @@ from workbench.downloads import artifact_response
 from workbench.exports import standalone_html
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
 from workbench.models import Artifact, OnnxModel, Run, Target
-from workbench.snapshots import run_snapshot
+from workbench.snapshots import light_stages, run_snapshot
 from workbench.targets import (
     TargetRejected,
     delete_user_target,
@@ -84,7 +86,9 @@ def model_list(request):
 @login_required
 def model_detail(request, pk: int):
     model = get_object_or_404(OnnxModel, pk=pk, owner=request.user)
-    form = StartRunForm(user=request.user, model=model, initial={"target": _default_target()})
+    form = StartRunForm(
+        user=request.user, model=model, initial={"target": pipeline.default_target()}
+    )
     return _model_page(request, model, form)
 
 
@@ -199,7 +203,7 @@ def run_detail(request, pk: int):
     for shown in presentations[:-1]:
         if any(later.get("graph") for later in presentations[presentations.index(shown) + 1 :]):
             shown.pop("graph", None)
-    figures = figures_of(run)
+    figures = [f.to_dict() for f in headline_figures(results)]  # results are at hand
     context = {
         "run": run,
         "stages": stages,
@@ -351,10 +355,6 @@ def api_token(request):
     return render(request, "workbench/token.html", context)
 
 
-def _default_target() -> Target | None:
-    return pipeline.default_target()
-
-
 @login_required
 def compare(request):
     """``/compare/?runs=12,15``: the runs side by side (a permalink); ``&export=html`` gives
@@ -362,7 +362,7 @@ def compare(request):
     if "runs" not in request.GET and request.GET.getlist("run"):
         # the run list's ticked boxes: on to the permalink
         ticked = ",".join(request.GET.getlist("run"))
-        return redirect(f"{reverse('compare')}?runs={ticked}")
+        return redirect(f"{reverse('compare')}?{urlencode({'runs': ticked}, safe=',')}")
     try:
         comparison = compare_for(request.user, parse_run_ids(request.GET.get("runs")))
     except CompareRejected as e:
@@ -400,7 +400,7 @@ def dashboard(request):
     runs = list(
         Run.objects.filter(owner=request.user)
         .select_related("model", "target")
-        .prefetch_related("stages")[:DASHBOARD_RUNS]
+        .prefetch_related(light_stages())[:DASHBOARD_RUNS]
     )
     return render(
         request,
@@ -416,7 +416,7 @@ def dashboard(request):
 def dashboard_row(request, pk: int):
     """One dashboard row, for the page to swap in when a run changes state."""
     run = get_object_or_404(
-        Run.objects.select_related("model", "target").prefetch_related("stages"),
+        Run.objects.select_related("model", "target").prefetch_related(light_stages()),
         pk=pk,
         owner=request.user,
     )

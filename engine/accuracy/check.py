@@ -95,6 +95,8 @@ class OutputComparison:
             "nonfinite_mismatch": m["nonfinite_mismatch"],
             "passed": self.passed,
             "reasons": self.reasons,
+            # why the pair could not be compared (its metrics are then the worst case)
+            "error": m.get("error"),
         }
 
 

@@ -15,6 +15,8 @@ from difflib import SequenceMatcher
 
 from engine.report.headlines import HIGHER, LOWER, headline_figures
 
+MAX_STRUCTURE_OPS = 20_000
+"""Longer op lists are not aligned by structure (quadratic); their ops are listed."""
 NAME_OVERLAP = 0.5
 """Align by name when at least this share of the smaller run's op names occur in both."""
 
@@ -58,6 +60,9 @@ def delta(reference: dict | None, other: dict | None) -> dict:
         return {"direction": "unknown", "pct": None, "ratio": None}
     if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
         return {"direction": "same" if a == b else "changed", "pct": None, "ratio": None}
+    if bool(reference.get("measured")) != bool(other.get("measured")):
+        # a prediction against a measurement: a difference of method, not of speed
+        return {"direction": "not comparable (measured vs predicted)", "pct": None, "ratio": None}
     if a == b:
         return {"direction": "same", "pct": 0.0, "ratio": 1.0}
     pct = None if a == 0 else 100.0 * (b - a) / abs(a)
@@ -110,7 +115,10 @@ def _op_times(report: dict | None) -> list[tuple[str, str, float | None]]:
         value = op.get("latency_us")
         if isinstance(value, dict):
             value = value.get(unit)
-        if op.get("status") == "folded":
+        status = op.get("status")
+        if isinstance(status, dict):  # predicted: per unit
+            status = status.get(unit)
+        if status in ("folded", "constant"):
             continue
         rows.append((op.get("name"), op.get("op_type"), value))
     return rows
@@ -158,12 +166,22 @@ def _align_ops(runs: list[RunReports]) -> dict:
     return {"rows": rows, "method": " and ".join(sorted(methods)), "unaligned": unaligned}
 
 
-def _match(ref: list[tuple], other: list[tuple]) -> tuple[list[tuple[int, int]], str]:
+def pairs_by_name(ref: list[tuple], other: list[tuple]) -> list[tuple[int, int]]:
     names = {name: j for j, (name, _, _) in enumerate(other)}
-    shared = [i for i, (name, _, _) in enumerate(ref) if name in names]
-    if len(shared) >= NAME_OVERLAP * min(len(ref), len(other)):
-        pairs = [(i, names[ref[i][0]]) for i in shared if ref[i][1] == other[names[ref[i][0]]][1]]
-        return pairs, "by name"
+    return [
+        (i, names[r[0]])
+        for i, r in enumerate(ref)
+        if r[0] in names and r[1] == other[names[r[0]]][1]
+    ]
+
+
+def _match(ref: list[tuple], other: list[tuple]) -> tuple[list[tuple[int, int]], str]:
+    names = {name for name, _, _ in other}
+    shared = sum(1 for name, _, _ in ref if name in names)
+    if shared >= NAME_OVERLAP * min(len(ref), len(other)):
+        return pairs_by_name(ref, other), "by name"
+    if len(ref) * len(other) > MAX_STRUCTURE_OPS**2 / 4:
+        return pairs_by_name(ref, other), "by name only (too many ops to align by structure)"
     matcher = SequenceMatcher(None, [t for _, t, _ in ref], [t for _, t, _ in other], False)
     pairs = [
         (block.a + k, block.b + k)

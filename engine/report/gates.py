@@ -27,6 +27,10 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _SCALED = re.compile(rf"^(?:({_NUMBER})\s*\*\s*)?baseline(?:\s*\*\s*({_NUMBER}))?$")
 
 
+WORDS = {"accuracy.verdict": ("pass", "fail"), "compile.outputs_match": ("true", "false")}
+"""Figures that are words, and the words they take; every other figure is a number."""
+
+
 class GateError(ValueError):
     """A gate expression that cannot be read; the message says what is wrong."""
 
@@ -73,6 +77,14 @@ def parse_gate(expression: str) -> Gate:
         same_stage = [k for k in KEYS if k.startswith(stage + ".")]
         known = same_stage or sorted({k.split(".")[0] for k in KEYS})
         raise GateError(f"unknown figure '{key}' in gate '{expression}'; known: {', '.join(known)}")
+    if key in WORDS:
+        words = WORDS[key]
+        if rhs.lower() not in words or op not in ("==", "!="):
+            raise GateError(
+                f"gate '{expression}': {key} is one of {', '.join(words)}; write e.g. "
+                f"'{key}=={words[0]}'"
+            )
+        return Gate(expression, key, op, text=rhs.lower())
     scaled = _SCALED.match(rhs)
     if scaled:
         factor = float(scaled.group(1) or scaled.group(2) or 1.0)
@@ -82,9 +94,10 @@ def parse_gate(expression: str) -> Gate:
     if re.fullmatch(_NUMBER, rhs):
         return Gate(expression, key, op, number=_finite(float(rhs), expression))
     if re.fullmatch(r"[A-Za-z_]+", rhs):
-        if op not in ("==", "!="):
-            raise GateError(f"gate '{expression}': a word can only be compared with == or !=")
-        return Gate(expression, key, op, text=rhs.lower())
+        raise GateError(
+            f"gate '{expression}': {key} is a number; compare it with a number, 'baseline' "
+            "or 'N*baseline'"
+        )
     raise GateError(
         f"gate '{expression}': the limit '{rhs}' is not a number, 'baseline', "
         "'N*baseline' or a word such as 'pass'"

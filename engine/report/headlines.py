@@ -91,8 +91,9 @@ def _threads(environment: dict) -> str:
     threads = environment.get("intra_op_threads")
     machine = environment.get("machine") or {}
     if not threads:
-        cores = machine.get("usable_cores")
-        return f"all {cores} cores" if cores else "onnxruntime's default threads"
+        cores = machine.get("physical_cores")
+        # onnxruntime's default: one intra-op thread per physical core
+        return f"default threads ({cores}, one per physical core)" if cores else "default threads"
     return f"{threads} thread{'s' if threads != 1 else ''}"
 
 
@@ -112,7 +113,9 @@ def _analyze(d: dict) -> Iterator[Figure]:
             basis_here = f"{basis}; {len(d['not_costed'])} ops not costed (a lower bound)"
         else:
             basis_here = basis
-        yield Figure(f"analyze.{name}", label, value, unit, LOWER, basis_here, False)
+        # fewer nodes is not better in itself (a fused export has fewer): no direction
+        better = None if name == "nodes" else LOWER
+        yield Figure(f"analyze.{name}", label, value, unit, better, basis_here, False)
 
 
 def _profile(d: dict) -> Iterator[Figure]:
@@ -121,11 +124,18 @@ def _profile(d: dict) -> Iterator[Figure]:
         env = d.get("environment") or {}
         cpu = (env.get("machine") or {}).get("cpu_model") or "an unnamed CPU"
         stats = d.get("latency") or {}
-        runs = d.get("latency_runs") or d.get("runs")
-        basis = f"measured on {cpu}, median of {runs} runs, {_threads(env)}"
+        runs = d.get("latency_runs") if d.get("latency_runs") is not None else d.get("runs")
+        where = f"measured on {cpu}, {{}} of {runs} runs, {_threads(env)}"
         noise = _num(stats.get("spread_pct"))
         yield Figure(
-            "profile.latency_ms", "latency (median)", latency, "ms", LOWER, basis, True, noise
+            "profile.latency_ms",
+            "latency (median)",
+            latency,
+            "ms",
+            LOWER,
+            where.format("median"),
+            True,
+            noise,
         )
         yield Figure(
             "profile.latency_p90_ms",
@@ -133,18 +143,20 @@ def _profile(d: dict) -> Iterator[Figure]:
             _num(stats.get("p90")),
             "ms",
             LOWER,
-            basis,
+            where.format("90th percentile"),
             True,
             noise,
         )
     else:
-        basis = f"predicted by {d.get('model') or 'the target model'} for {d.get('target')}"
+        unit = f" / {d['unit']}" if d.get("unit") else ""
+        basis = f"predicted by {d.get('model') or 'the target model'} for {d.get('target')}{unit}"
         yield Figure("profile.latency_ms", "latency", latency, "ms", LOWER, basis, False)
     kernels = d.get("tvm_kernels")
     if isinstance(kernels, dict) and "failed" not in kernels:
+        threads = kernels.get("threads")
         basis = (
             f"measured, TVM {kernels.get('tvm_version')} build, median of "
-            f"{kernels.get('runs')} runs, {kernels.get('threads')} threads"
+            f"{kernels.get('runs')} runs" + (f", {threads} threads" if threads else "")
         )
         yield Figure(
             "profile.tvm_latency_ms",
@@ -172,13 +184,16 @@ def _memory(d: dict) -> Iterator[Figure]:
         basis,
         False,
     )
+    bound_basis = "the peak of live tensor bytes in the chosen order"
+    if not d.get("complete", True) or d.get("unsized"):
+        bound_basis += "; some tensor sizes unknown (a lower bound)"
     yield Figure(
         "memory.lower_bound_bytes",
         "lower bound (peak live bytes)",
         _num(d.get("lower_bound_bytes")),
         "bytes",
         LOWER,
-        "the peak of live tensor bytes in the chosen order",
+        bound_basis,
         False,
     )
     yield Figure(
@@ -230,7 +245,7 @@ def _partition(d: dict) -> Iterator[Figure]:
         "lower bound",
         _num(d.get("bound_ms")),
         "ms",
-        LOWER,
+        None,
         f"predicted for {d.get('target')}",
         False,
     )
@@ -277,7 +292,7 @@ def _compile(d: dict) -> Iterator[Figure]:
         "kernels",
         _num(d.get("kernel_count")),
         "",
-        LOWER,
+        None,
         "counted in the build",
         False,
     )
@@ -303,11 +318,20 @@ def _accuracy(d: dict) -> Iterator[Figure]:
         # has numbers, a cosine of 1.0 would be a lie. Unknown, and says why.
         basis += f"; {nonfinite} NaN/inf values differ from the reference, metrics unknown"
 
+    failed = [o.get("name") or "?" for o in outputs if o.get("error")]
+    if failed:
+        basis += f"; could not compare {', '.join(failed)}, metrics unknown"
+
     def worst(name: str, pick: Callable) -> float | None:
-        if nonfinite:
+        if nonfinite or failed:
             return None
-        values = [v for v in (_num(o.get(name)) for o in outputs) if v is not None]
-        return pick(values) if values else None
+        values = [_num(o.get(name)) for o in outputs]
+        if name not in ("top1", "top5") and any(v is None for v in values):
+            # an output without this metric (an infinite error stored as null): the worst
+            # of the others would be a better figure than the truth
+            return None
+        known = [v for v in values if v is not None]
+        return pick(known) if known else None
 
     yield Figure("accuracy.verdict", "verdict", d.get("verdict"), "", None, basis, False)
     for name, label, pick, better in (

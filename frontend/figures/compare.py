@@ -105,7 +105,8 @@ def schedule_bars(comparison: dict) -> dict | None:
     data = [
         {
             "type": "bar",
-            "name": f"{run['label']}: {plan['algorithm']}, makespan {plan['makespan_ms']:.3f} ms",
+            "name": f"{run['label']}: {plan['algorithm']}, makespan "
+            + ("unknown" if plan["makespan_ms"] is None else f"{plan['makespan_ms']:.3f} ms"),
             "x": units,
             "y": [(plan["unit_busy_us"].get(u) or 0.0) / 1000.0 for u in units],
             "marker": {"color": _PALETTE[comparison["runs"].index(run) % len(_PALETTE)]},
@@ -138,78 +139,88 @@ HISTORY_KEYS = (
 
 def history_lines(history: dict, keys: tuple[str, ...] = HISTORY_KEYS) -> dict | None:
     """One small panel per headline figure over the model's runs (x: when the run was
-    made), the pinned baseline's value dashed: a regression shows as a step."""
-    series = []
+    made): one line per target and kind (measured or predicted), so a change of target or
+    of method is not drawn as a regression; the pinned baseline's value dashed."""
+    panels = []
     for key in keys:
-        points = [
-            (h["created_at"], h["figures"][key]["value"], h["run"], h["target"])
-            for h in history["runs"]
-            if isinstance((h["figures"].get(key) or {}).get("value"), (int, float))
-            and not isinstance(h["figures"][key]["value"], bool)
-        ]
-        if points:
-            series.append((key, points))
-    if not series:
+        lines: dict[tuple, list] = {}
+        for h in history["runs"]:
+            figure = h["figures"].get(key) or {}
+            value = figure.get("value")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue  # unknown or not a number: no point
+            group = (h["target"], bool(figure.get("measured")))
+            lines.setdefault(group, []).append((h["created_at"], value, h["run"]))
+        if lines:
+            panels.append((key, lines))
+    if not panels:
         return None
-    n = len(series)
-    data, shapes, layout_axes = [], [], {}
+    n = len(panels)
     gap = 0.08
     height = (1.0 - gap * (n - 1)) / n
     baseline = history.get("baseline")
-    for i, (key, points) in enumerate(series):
+    data, shapes, axes = [], [], {}
+    colors: dict[tuple, str] = {}
+    for i, (key, lines) in enumerate(panels):
         axis = "" if i == 0 else str(i + 1)
         top = 1.0 - i * (height + gap)
-        layout_axes[f"yaxis{axis}"] = {
+        axes[f"yaxis{axis}"] = {
             "domain": [top - height, top],
             "title": {"text": key, "font": {"size": 11}},
             "rangemode": "tozero",
         }
-        layout_axes[f"xaxis{axis}"] = {"anchor": f"y{axis}", "type": "date"}
+        axes[f"xaxis{axis}"] = {"anchor": f"y{axis}", "type": "date"}
         if i:
-            layout_axes[f"xaxis{axis}"]["matches"] = "x"
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "lines+markers",
-                "name": key,
-                "x": [p[0] for p in points],
-                "y": [p[1] for p in points],
-                "customdata": [[p[2], p[3]] for p in points],
-                "xaxis": f"x{axis}",
-                "yaxis": f"y{axis}",
-                "marker": {
-                    "color": _PALETTE[i % len(_PALETTE)],
-                    "size": [12 if p[2] == baseline else 7 for p in points],
-                    "symbol": ["star" if p[2] == baseline else "circle" for p in points],
-                },
-                "line": {"color": _PALETTE[i % len(_PALETTE)]},
-                "hovertemplate": "run %{customdata[0]} on %{customdata[1]}<br>%{y:.4g}"
-                f"<extra>{key}</extra>",
-            }
-        )
-        base = next((p[1] for p in points if p[2] == baseline), None)
-        if base is not None:
-            shapes.append(
+            axes[f"xaxis{axis}"]["matches"] = "x"
+        for group, points in lines.items():
+            target, measured = group
+            color = colors.setdefault(group, _PALETTE[len(colors) % len(_PALETTE)])
+            name = f"{target}, {'measured' if measured else 'predicted'}"
+            data.append(
                 {
-                    "type": "line",
-                    "xref": f"x{axis} domain",
-                    "yref": f"y{axis}",
-                    "x0": 0,
-                    "x1": 1,
-                    "y0": base,
-                    "y1": base,
-                    "line": {"dash": "dash", "color": "#888", "width": 1},
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": name,
+                    "legendgroup": name,
+                    "showlegend": i == 0 or group not in {g for _, ls in panels[:i] for g in ls},
+                    "x": [p[0] for p in points],
+                    "y": [p[1] for p in points],
+                    "customdata": [p[2] for p in points],
+                    "xaxis": f"x{axis}",
+                    "yaxis": f"y{axis}",
+                    "marker": {
+                        "color": color,
+                        "size": [12 if p[2] == baseline else 7 for p in points],
+                        "symbol": ["star" if p[2] == baseline else "circle" for p in points],
+                    },
+                    "line": {"color": color, "dash": "solid" if measured else "dot"},
+                    "hovertemplate": "run %{customdata}<br>%{y:.4g}"
+                    f"<extra>{key}: {name}</extra>",
                 }
             )
+            base = next((p[1] for p in points if p[2] == baseline), None)
+            if base is not None:
+                shapes.append(
+                    {
+                        "type": "line",
+                        "xref": f"x{axis} domain",
+                        "yref": f"y{axis}",
+                        "x0": 0,
+                        "x1": 1,
+                        "y0": base,
+                        "y1": base,
+                        "line": {"dash": "dash", "color": "#888", "width": 1},
+                    }
+                )
     return {
         "data": data,
         "layout": {
             **_LAYOUT,
-            "margin": {"l": 90, "r": 20, "t": 40, "b": 40},
-            "height": 140 * n + 60,
-            "showlegend": False,
+            "margin": {"l": 90, "r": 20, "t": 60, "b": 40},
+            "height": 140 * n + 80,
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
             "title": {"text": "History: headline figures per run (star: the pinned baseline)"},
             "shapes": shapes,
-            **layout_axes,
+            **axes,
         },
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def screenshot(page, name: str) -> None:
+    """Keep a full-page screenshot as ``$WORKBENCH_SCREENSHOTS/<name>.png`` when that is set
+    (the README's pictures: ``WORKBENCH_SCREENSHOTS=docs/screenshots bin/test tests/browser``)."""
+    folder = os.environ.get("WORKBENCH_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
 
 
 @pytest.fixture

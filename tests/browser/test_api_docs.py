@@ -7,6 +7,8 @@ import pytest
 from playwright.sync_api import expect
 from rest_framework.authtoken.models import Token
 
+from tests.browser.conftest import screenshot
+
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
@@ -35,5 +37,6 @@ def test_the_docs_page_lists_the_api_and_calls_it_with_a_token(web_server, key, 
     expect(models.locator(".live-responses-table tbody .response-col_status")).to_have_text("200")
     expect(models.locator(".live-responses-table")).to_contain_text('"results"')
 
+    screenshot(page, "api-docs")
     elsewhere = [url for url in requested if not url.startswith(web_server)]
     assert not elsewhere, f"the docs page fetched from another host: {elsewhere}"

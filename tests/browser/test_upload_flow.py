@@ -3,12 +3,10 @@ watch the run progress live, read the analysis; a bad file gets a readable error
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import profile_then_cancel
+from tests.browser.conftest import profile_then_cancel, screenshot
 from tests.conftest import SQUEEZENET
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -79,6 +77,7 @@ def test_progress_updates_live_and_cancel_works(user, web, page):
     # Every page says when a run ends while it is open.
     expect(dashboard.locator("#notices")).to_contain_text("cancelled")
     expect(dashboard.locator("#notices")).to_contain_text("succeeded")
+    screenshot(dashboard, "dashboard")
 
 
 def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
@@ -121,7 +120,7 @@ def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
     assert page.url.endswith("#tab-memory")
     expect(page.locator("#memory-tvm-bytes")).to_contain_text("MB")
     expect(page.locator("#fig-memory-tvm .main-svg").first).to_be_visible()
-    if os.environ.get("WORKBENCH_SCREENSHOTS"):
-        page.screenshot(
-            path=os.path.join(os.environ["WORKBENCH_SCREENSHOTS"], "run.png"), full_page=True
-        )
+    screenshot(page, "run")
+    page.click("#run h1 a")
+    expect(page.locator("#history")).to_be_visible()
+    screenshot(page, "model")

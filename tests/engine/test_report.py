@@ -9,7 +9,7 @@ from engine.report.gates import GateError, evaluate, parse_gate
 from engine.report.headlines import KEYS, headline_figures
 
 ENV = {
-    "machine": {"cpu_model": "AMD EPYC", "usable_cores": 2},
+    "machine": {"cpu_model": "AMD EPYC", "usable_cores": 2, "physical_cores": 2},
     "intra_op_threads": 0,
 }
 
@@ -45,7 +45,9 @@ def test_figures_say_what_they_are():
     )
     latency = got["profile.latency_ms"]
     assert latency["measured"] and latency["noise_pct"] == 3.0
-    assert latency["basis"] == "measured on AMD EPYC, median of 150 runs, all 2 cores"
+    assert latency["basis"] == (
+        "measured on AMD EPYC, median of 150 runs, default threads (2, one per physical core)"
+    )
     # Ops without a cost formula make the MAC count a lower bound, and it says so.
     assert "1 ops not costed (a lower bound)" in got["analyze.macs"]["basis"]
     assert got["analyze.flops"]["value"] is None  # not in the report: unknown, not 0
@@ -76,7 +78,12 @@ def test_nan_outputs_make_the_error_metrics_unknown():
         ("profile.latency<=5", "unknown figure 'profile.latency'"),
         ("latency_ms<=5", "cannot read gate"),
         ("profile.latency_ms=<5", "cannot read gate"),
-        ("profile.latency_ms<=fast", "a word can only be compared with == or !="),
+        ("profile.latency_ms<=fast", "profile.latency_ms is a number"),
+        ("profile.latency_ms!=pass", "profile.latency_ms is a number"),
+        ("accuracy.verdict==passed", "accuracy.verdict is one of pass, fail"),
+        ("accuracy.verdict<=pass", "accuracy.verdict is one of pass, fail"),
+        ("accuracy.verdict==baseline", "accuracy.verdict is one of pass, fail"),
+        ("compile.outputs_match==yes", "compile.outputs_match is one of true, false"),
         ("profile.latency_ms<=2*baseline*3", "one factor on baseline"),
         ("profile.latency_ms<=1e999", "finite number"),
         ("profile.latency_ms<=5;rm", "is not a number"),
@@ -102,6 +109,8 @@ def test_gates_against_values_and_a_baseline():
     assert "1.05 x the baseline's 5" in within.reason and "spread 3.0%" in within.reason
     assert not evaluate(parse_gate("profile.latency_ms<=baseline"), run, base).passed
     assert evaluate(parse_gate("accuracy.verdict==PASS"), run).passed
+    match = figures({"compile": {"outputs_match": True}})
+    assert evaluate(parse_gate("compile.outputs_match==true"), match).passed
     no_base = evaluate(parse_gate("profile.latency_ms<=baseline"), run, None)
     assert not no_base.passed and "--baseline" in no_base.reason
     missing = evaluate(parse_gate("compile.speed_vs_onnxruntime>=1.1"), run)
@@ -221,3 +230,29 @@ def test_partition_plans_side_by_side_with_placement_agreement():
     assert got["placement_agreement"] == [{"ops": 2, "same_unit": 1}, None]
     assert got["plans"][1]["unit_busy_us"] == {"cpu": 9.0} and got["plans"][2] is None
     assert "placement" not in got["plans"][0]
+
+
+def test_an_output_that_could_not_be_compared_makes_the_metrics_unknown():
+    """An incomparable pair (its infinite errors stored as null) must not leave the worst of
+    the other outputs as the figure: the gate would pass on a broken output."""
+    report = {
+        "verdict": "fail",
+        "outputs": [
+            {"name": "logits", "max_abs": None, "cosine": 0.0, "error": "shape 1x10 vs 1x12"},
+            {"name": "pooled", "max_abs": 1e-6, "cosine": 1.0},
+        ],
+    }
+    got = figures({"accuracy": report})
+    assert got["accuracy.max_abs"]["value"] is None
+    assert "could not compare logits" in got["accuracy.max_abs"]["basis"]
+    assert not evaluate(parse_gate("accuracy.max_abs<=1e-3"), got).passed
+    # Without the error key (older reports) a null metric still makes the figure unknown.
+    del report["outputs"][0]["error"]
+    assert figures({"accuracy": report})["accuracy.max_abs"]["value"] is None
+
+
+def test_a_prediction_is_not_compared_with_a_measurement():
+    predicted = {"value": 2.0, "measured": False, "better": "lower"}
+    measured = {"value": 1.0, "measured": True, "better": "lower"}
+    got = delta(predicted, measured)
+    assert got["direction"] == "not comparable (measured vs predicted)" and got["pct"] is None

@@ -71,3 +71,20 @@ def test_history_plots_known_values_and_marks_the_baseline():
     assert trace["y"] == [5.0] and trace["marker"]["symbol"] == ["star"]
     assert figure["layout"]["shapes"][0]["y0"] == 5.0
     assert history_lines({"baseline": None, "runs": []}) is None
+
+
+def test_history_draws_one_line_per_target_and_kind():
+    def entry(run, target, value, measured):
+        figure = {"profile.latency_ms": {"value": value, "measured": measured}}
+        return {"run": run, "created_at": f"2026-01-0{run}", "target": target, "figures": figure}
+
+    history = {
+        "baseline": None,
+        "runs": [
+            entry(1, "host", 5.0, True),
+            entry(2, "phone", 40.0, False),
+            entry(3, "host", 5.5, True),
+        ],
+    }
+    names = {t["name"]: t["y"] for t in history_lines(history)["data"]}
+    assert names == {"host, measured": [5.0, 5.5], "phone, predicted": [40.0]}

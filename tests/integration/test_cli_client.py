@@ -57,7 +57,8 @@ def test_submit_wait_and_gate(user, web, tmp_path):
     # Progress went to stderr while waiting, one line per change.
     assert "profile" in ok.stderr and "succeeded" in ok.stderr
     suite = validate_junit(tmp_path / "ok.xml")
-    assert suite.get("tests") == "6" and suite.get("failures") == "0"
+    # one case for the run, one per stage (3), one per gate (3)
+    assert suite.get("tests") == "7" and suite.get("failures") == "0"
 
     # Against the first run as a baseline: the same model passes 1.0x on counted figures
     # and fails a tighter one; the JUnit report names the gate and the figure.

@@ -270,6 +270,8 @@ def test_measured_profile_page_and_calibrated_target(
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Latency (measured)" in page and 'data-table="ops"' in page
+    stored = {f["key"]: f for f in run.stages.get(stage="profile").figures}
+    assert stored["profile.latency_ms"]["measured"] is True  # kept beside the result
     kernels = run.stages.get(stage="profile").result["tvm_kernels"]
     assert kernels["kernels"] and kernels["runs"] >= 10 and kernels["latency_ms"] > 0
     timed = [k for k in kernels["kernels"] if k["median_us"]]

@@ -17,7 +17,10 @@ from workbench.uploads import store_model_file
 
 pytestmark = pytest.mark.django_db
 
-ENV = {"machine": {"cpu_model": "AMD EPYC", "usable_cores": 2}, "intra_op_threads": 0}
+ENV = {
+    "machine": {"cpu_model": "AMD EPYC", "usable_cores": 2, "physical_cores": 2},
+    "intra_op_threads": 0,
+}
 
 
 def finished_run(owner, model, latency_ms: float, conv_us: float, arena: int) -> Run:

@@ -55,7 +55,7 @@ def test_the_dashboard_answers_first(user, other_user, runs):
     assert "1.25x onnxruntime" in row and "verdict-good" in row
     assert "8.000 ms measured" in row and "6.00 MB, 1.00x the bound" in row
     # Hovering says what each answer is.
-    assert 'title="measured on AMD EPYC, median of 100 runs, all 2 cores"' in row
+    assert 'title="measured on AMD EPYC, median of 100 runs, default threads (2, one' in row
     failed_row = page[page.index(f'data-run-id="{failed.pk}"') :]
     failed_row = failed_row[: failed_row.index("</tr>")]
     assert "stopped after its time limit" in failed_row
@@ -113,3 +113,28 @@ def test_the_dashboard_feed_carries_every_run_of_the_user_only(user, other_user)
         return connected, code
 
     assert async_to_sync(refused)() == (False, 4404)
+
+
+@pytest.mark.django_db
+def test_lists_read_the_stored_figures_not_the_results(user, runs):
+    """A finished stage keeps its headline figures beside its result: the dashboard, the
+    history and the figures endpoint never load a result (which can be megabytes)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from workbench.pipeline import stage_figures
+
+    for stage in StageResult.objects.exclude(result=None):
+        stage.figures = stage_figures(stage.stage, stage.result)
+        stage.save(update_fields=["figures"])
+    client = Client()
+    client.force_login(user)
+    done, _ = runs
+    for url in ("/", f"/runs/{done.pk}/row/", f"/api/v1/runs/{done.pk}/figures/"):
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(url)
+        assert response.status_code == 200
+        assert len(queries) <= 12, url
+        loaded = [q["sql"] for q in queries if '"workbench_stageresult"."result"' in q["sql"]]
+        assert not loaded, url
+    assert "1.25x onnxruntime" in client.get("/").content.decode()

@@ -23,6 +23,7 @@ from workbench.compare import (
     pin_baseline,
 )
 from workbench.models import OnnxModel, Run
+from workbench.snapshots import light_stages
 
 
 class FigureSerializer(serializers.Serializer):
@@ -46,7 +47,16 @@ class RunFiguresSerializer(serializers.Serializer):
 
 class DeltaSerializer(serializers.Serializer):
     direction = serializers.ChoiceField(
-        ["better", "worse", "within noise", "same", "changed", "unknown", "missing"]
+        [
+            "better",
+            "worse",
+            "within noise",
+            "same",
+            "changed",
+            "unknown",
+            "missing",
+            "not comparable (measured vs predicted)",
+        ]
     )
     pct = serializers.FloatField(allow_null=True)
     ratio = serializers.FloatField(allow_null=True)
@@ -68,6 +78,7 @@ class ComparisonSerializer(serializers.Serializer):
     ops = serializers.DictField(help_text="per-op latency rows aligned to the reference run")
     kernels = serializers.DictField(help_text="per-kernel times of the TVM builds")
     memory = serializers.ListField(child=serializers.DictField(allow_null=True), allow_null=True)
+    schedules = serializers.DictField(help_text="each run's best partition plan, per unit")
     noise_rule = serializers.CharField()
 
 
@@ -132,7 +143,7 @@ class RunFiguresView(APIView):
     @extend_schema(summary="A run's headline figures", responses={200: RunFiguresSerializer})
     def get(self, request, pk: int):
         run = get_object_or_404(
-            Run.objects.select_related("model", "target").prefetch_related("stages"),
+            Run.objects.select_related("model", "target").prefetch_related(light_stages()),
             pk=pk,
             owner=request.user,
         )

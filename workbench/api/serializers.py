@@ -29,6 +29,7 @@ class OnnxModelSerializer(serializers.ModelSerializer):
             "outputs",
             "is_sample",
             "analyzed",
+            "baseline_run",
             "created_at",
         ]
         read_only_fields = fields
@@ -43,7 +44,7 @@ class UploadedModelSerializer(OnnxModelSerializer):
     ``analysis_not_started`` says which)."""
 
     analysis_run = serializers.IntegerField(allow_null=True, read_only=True)
-    analysis_not_started = serializers.CharField(required=False, read_only=True)
+    analysis_not_started = serializers.CharField(allow_null=True, read_only=True)
 
     class Meta(OnnxModelSerializer.Meta):
         fields = [*OnnxModelSerializer.Meta.fields, "analysis_run", "analysis_not_started"]

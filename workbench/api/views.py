@@ -36,6 +36,7 @@ from workbench.api.serializers import (
 from workbench.downloads import artifact_response
 from workbench.limits import LimitExceeded
 from workbench.models import Artifact, OnnxModel, Run, Status, Target
+from workbench.snapshots import light_stages
 from workbench.targets import (
     TargetRejected,
     delete_user_target,
@@ -111,10 +112,16 @@ class ModelViewSet(
         },
     )
     def create(self, request):
-        analyze = request.data.get("analyze", "true")
-        if analyze not in ("true", "false", "1", "0", True, False):
+        try:
+            analyze = serializers.BooleanField().to_internal_value(
+                request.data.get("analyze", True)
+            )
+        except serializers.ValidationError:
             return error_response(
-                "invalid_request", "analyze must be 'true' or 'false'", 400, {"analyze": analyze}
+                "invalid_request",
+                "analyze must be true or false",
+                400,
+                {"analyze": str(request.data.get("analyze"))[:20]},
             )
         try:
             uploaded = request.FILES.get("file")
@@ -125,8 +132,8 @@ class ModelViewSet(
         except UploadRejected as e:
             return error_response(e.code, e.message, e.status)
         body = dict(OnnxModelSerializer(model).data)
-        body["analysis_run"] = None
-        if created and analyze in ("true", "1", True):
+        body["analysis_run"] = body["analysis_not_started"] = None
+        if created and analyze:
             # As the web page does: a new upload is analyzed at once. A limit reached
             # keeps the upload and says why no analysis started.
             try:
@@ -304,7 +311,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return (
             Run.objects.filter(owner=self.request.user)
             .select_related("target")
-            .prefetch_related("stages")
+            .prefetch_related(light_stages())
         )
 
     @extend_schema(summary="A run: its state and every stage's")

@@ -1,34 +1,54 @@
-// The dashboard follows every run of the user over one websocket: progress moves in place,
-// and a run that starts or ends has its row fetched again from the server (its answers).
+// The dashboard follows every run of the user (the page's one websocket is notify.js's):
+// progress moves in place, and a run that starts or ends has its row fetched again from
+// the server (its answers). After a reconnect, every row still shown as active is
+// fetched again: it may have ended meanwhile.
 (function () {
   var table = document.getElementById("dashboard-runs");
   var live = document.getElementById("live");
-  var retryMs = 1000;
 
   // One fetch per run at a time; an event that lands meanwhile fetches again afterwards,
-  // so the row ends at the latest state and a new run gets exactly one row.
+  // so a new run gets exactly one row. The row must end at the latest status the feed
+  // announced: a fetch that still reads an older state tries again shortly.
   var inFlight = {};
+  var latest = {};
+  var retries = {};
 
   function refreshRow(runId) {
     if (inFlight[runId]) { inFlight[runId] = "again"; return; }
     inFlight[runId] = "once";
-    fetch("/runs/" + runId + "/row/", { credentials: "same-origin" })
+    var shown = null;
+    fetch("/runs/" + runId + "/row/", { credentials: "same-origin", cache: "no-store" })
       .then(function (r) { return r.ok ? r.text() : null; })
       .then(function (html) {
         if (!html) return;
-        if (!table) { window.location.reload(); return; }  // the first run: no table yet
         var holder = document.createElement("tbody");
         holder.innerHTML = html.trim();
         var row = holder.firstElementChild;
+        shown = row.dataset.status;
         var existing = table.querySelector('tr[data-run-id="' + runId + '"]');
-        if (existing) existing.replaceWith(row);
-        else table.tBodies[0].prepend(row);
+        if (existing) {
+          var box = existing.querySelector('input[name="run"]');
+          var newBox = row.querySelector('input[name="run"]');
+          if (box && newBox) newBox.checked = box.checked;  // keep what was ticked
+          existing.replaceWith(row);
+        } else {
+          table.tBodies[0].prepend(row);
+        }
+        table.hidden = false;
+        var empty = document.getElementById("no-runs");
+        if (empty) empty.hidden = true;
         count();
       })
       .finally(function () {
         var again = inFlight[runId] === "again";
         delete inFlight[runId];
-        if (again) refreshRow(runId);
+        if (again) { refreshRow(runId); return; }
+        if (shown !== null && latest[runId] && shown !== latest[runId]) {
+          retries[runId] = (retries[runId] || 0) + 1;
+          if (retries[runId] <= 10) setTimeout(function () { refreshRow(runId); }, 500);
+        } else {
+          delete retries[runId];
+        }
       });
   }
 
@@ -46,6 +66,7 @@
   }
 
   function apply(run) {
+    latest[run.id] = run.status;
     var row = table ? table.querySelector('tr[data-run-id="' + run.id + '"]') : null;
     if (!row || row.dataset.status !== run.status) { refreshRow(run.id); return; }
     var bar = row.querySelector('[data-field="progress"]');
@@ -55,20 +76,14 @@
     if (message && running) message.textContent = running.stage + ": " + (running.message || "running");
   }
 
-  function connect() {
-    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    var ws = new WebSocket(scheme + window.location.host + "/ws/dashboard/");
-    ws.onopen = function () { live.textContent = "live"; live.className = "live on"; retryMs = 1000; };
-    ws.onmessage = function (event) { apply(JSON.parse(event.data).run); };
-    ws.onclose = function (event) {
-      live.textContent = event.code === 4404 ? "not allowed" : "reconnecting…";
-      live.className = "live";
-      if (event.code === 4404) return;
-      setTimeout(connect, retryMs);
-      retryMs = Math.min(retryMs * 2, 15000);
-    };
-  }
-
+  document.addEventListener("workbench:run", function (event) { apply(event.detail); });
+  document.addEventListener("workbench:live", function (event) {
+    if (live) { live.textContent = event.detail; live.className = event.detail === "live" ? "live on" : "live"; }
+  });
+  document.addEventListener("workbench:open", function () {
+    table.querySelectorAll('tr[data-status="queued"], tr[data-status="running"]').forEach(
+      function (row) { refreshRow(row.dataset.runId); }
+    );
+  });
   count();
-  if (live) connect();
 })();

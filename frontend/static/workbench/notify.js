@@ -1,6 +1,9 @@
 // Every page of a signed-in user follows their runs over one websocket: a run's status
 // and progress wherever the page shows it ([data-live-run] elements), and a notice when a
-// run finishes or fails while the page is open.
+// run finishes or fails while the page is open. Other scripts (the dashboard) listen to
+// the same socket through document events: "workbench:run" (a run's snapshot),
+// "workbench:open" (connected again: refresh what may have changed meanwhile) and
+// "workbench:live" (the connection's state, for a live indicator).
 (function () {
   if (!document.body.dataset.user) return;
   var terminal = ["succeeded", "failed", "cancelled"];
@@ -49,16 +52,25 @@
     var ended = terminal.indexOf(run.status) >= 0;
     var wasOpen = message.type === "progress" && terminal.indexOf(before) < 0;
     if (ended && wasOpen) notice(run);
+    document.dispatchEvent(new CustomEvent("workbench:run", { detail: run }));
+  }
+
+  function state(text) {
+    document.dispatchEvent(new CustomEvent("workbench:live", { detail: text }));
   }
 
   var retryMs = 1000;
   function connect() {
     var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
     var ws = new WebSocket(scheme + window.location.host + "/ws/dashboard/");
-    ws.onopen = function () { retryMs = 1000; };
+    ws.onopen = function () {
+      retryMs = 1000;
+      state("live");
+      document.dispatchEvent(new CustomEvent("workbench:open"));
+    };
     ws.onmessage = function (event) { apply(JSON.parse(event.data)); };
     ws.onclose = function (event) {
-      if (event.code === 4404) return;
+      state("reconnecting…");
       setTimeout(connect, retryMs);
       retryMs = Math.min(retryMs * 2, 15000);
     };

@@ -6,7 +6,8 @@
   function sync() {
     boxes.forEach(function (box) {
       var group = document.getElementById("options-" + box.value);
-      if (group) group.hidden = !box.checked;
+      // a group with an error in it stays open, ticked or not: the error must be seen
+      if (group) group.hidden = !box.checked && !group.querySelector(".error");
     });
     var hint = document.getElementById("options-hint");
     if (hint) hint.hidden = Array.prototype.some.call(boxes, function (b) {
