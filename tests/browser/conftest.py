@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -31,6 +32,22 @@ def screenshot(page, name: str) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
+
+
+def interactive_ms(page) -> int:
+    """How long the page took to become interactive (navigation start to domInteractive)."""
+    return int(
+        page.evaluate("Math.round(performance.getEntriesByType('navigation')[0].domInteractive)")
+    )
+
+
+def keep_timings(timings: dict) -> None:
+    """Add page timings to ``$WORKBENCH_SCREENSHOTS/timings.json`` when that is set."""
+    folder = os.environ.get("WORKBENCH_SCREENSHOTS")
+    if folder:
+        path = Path(folder) / "timings.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**kept, **timings}, indent=1))
 
 
 @pytest.fixture
