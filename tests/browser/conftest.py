@@ -34,6 +34,19 @@ def screenshot(page, name: str) -> None:
         page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)
 
 
+def accessibility_problems(page, impacts=("serious", "critical")) -> list[str]:
+    """axe-core's WCAG 2 A/AA violations of the page at these impacts, one line each."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page, options={"runOnly": ["wcag2a", "wcag2aa"]})
+    return [
+        f"{v['id']} ({v['impact']}, {len(v['nodes'])}x): {v['help']}: "
+        + "; ".join(str(n["target"]) for n in v["nodes"][:3])
+        for v in results.response["violations"]
+        if v["impact"] in impacts
+    ]
+
+
 def interactive_ms(page) -> int:
     """How long the page took to become interactive (navigation start to domInteractive)."""
     return int(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_problems, screenshot
 from tests.conftest import SQUEEZENET
 from tests.workbench.test_compare import finished_run
 from workbench.uploads import store_model_file
@@ -47,4 +47,5 @@ def test_exported_comparison_draws_offline(exported, page):
         assert figures.nth(i).locator(".trace").count() >= 2
     assert "-25.0% better" in page.locator("#compare-figures").inner_text()
     assert requested == []
+    assert accessibility_problems(page) == []
     screenshot(page, "compare")

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import interactive_ms, keep_timings, profile_then_cancel, screenshot
+from tests.browser.conftest import (
+    accessibility_problems,
+    interactive_ms,
+    keep_timings,
+    profile_then_cancel,
+    screenshot,
+)
 from tests.conftest import SQUEEZENET
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -81,6 +87,7 @@ def test_progress_updates_live_and_cancel_works(user, web, page):
     expect(dashboard.locator("#notices")).to_contain_text("cancelled")
     expect(dashboard.locator("#notices")).to_contain_text("succeeded")
     screenshot(dashboard, "dashboard")
+    assert accessibility_problems(dashboard) == []  # with a failure, a Retry and notices
 
 
 def test_a_non_onnx_file_gets_a_readable_error(user, web, page, tmp_path):
@@ -124,6 +131,8 @@ def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
     expect(page.locator("#memory-tvm-bytes")).to_contain_text("MB")
     expect(page.locator("#fig-memory-tvm .main-svg").first).to_be_visible()
     screenshot(page, "run")
+    # WCAG 2 A/AA by axe-core: no serious or critical violation on the main pages.
+    assert accessibility_problems(page) == []
     timings = {"run page": interactive_ms(page)}
     # The artifact downloads with the sha256 the page shows.
     sha = page.locator("#artifacts td.mono").first.inner_text().strip()
@@ -134,10 +143,12 @@ def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
     page.click("#run h1 a")
     expect(page.locator("#history")).to_be_visible()
     timings["model page"] = interactive_ms(page)
+    assert accessibility_problems(page) == []
     screenshot(page, "model")
     page.goto(web + "/")
     expect(page.locator("#dashboard-runs")).to_be_visible()
     timings["dashboard"] = interactive_ms(page)
+    assert accessibility_problems(page) == []
     # Measured, not asserted (STYLE: speed is for benchmarks): kept with the screenshots.
     print(f"page timings (ms until interactive, this machine, under the suite's load): {timings}")
     keep_timings(timings)
