@@ -9,6 +9,7 @@
   // One fetch per run at a time; an event that lands meanwhile fetches again afterwards,
   // so a new run gets exactly one row. The row must end at the latest status the feed
   // announced: a fetch that still reads an older state tries again shortly.
+  var QUIET_MS = 5000;
   var inFlight = {};
   var latest = {};
   var retries = {};
@@ -26,6 +27,12 @@
         var row = holder.firstElementChild;
         shown = row.dataset.status;
         var existing = table.querySelector('tr[data-run-id="' + runId + '"]');
+        var active = ["queued", "running"];
+        if (existing && active.indexOf(existing.dataset.status) >= 0 && active.indexOf(shown) < 0) {
+          document.dispatchEvent(new CustomEvent("workbench:ended", {
+            detail: { id: Number(runId), status: shown, error_message: row.dataset.error || "" },
+          }));
+        }
         if (existing) {
           var box = existing.querySelector('input[name="run"]');
           var newBox = row.querySelector('input[name="run"]');
@@ -65,8 +72,11 @@
     }).join(" · ") + " (latest " + table.tBodies[0].rows.length + " runs)";
   }
 
+  var heard = {};  // when the feed last said something of each run (ms)
+
   function apply(run) {
     latest[run.id] = run.status;
+    heard[run.id] = Date.now();
     var row = table ? table.querySelector('tr[data-run-id="' + run.id + '"]') : null;
     if (!row || row.dataset.status !== run.status) { refreshRow(run.id); return; }
     var bar = row.querySelector('[data-field="progress"]');
@@ -85,5 +95,16 @@
       function (row) { refreshRow(row.dataset.runId); }
     );
   });
+  // A lost event must not leave a row behind: an active row the feed has been quiet about
+  // for a while is read again from the server.
+  setInterval(function () {
+    var now = Date.now();
+    table.querySelectorAll('tr[data-status="queued"], tr[data-status="running"]').forEach(
+      function (row) {
+        var id = row.dataset.runId;
+        if (now - (heard[id] || 0) > QUIET_MS) { heard[id] = now; refreshRow(id); }
+      }
+    );
+  }, QUIET_MS);
   count();
 })();

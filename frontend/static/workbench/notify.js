@@ -55,6 +55,15 @@
     document.dispatchEvent(new CustomEvent("workbench:run", { detail: run }));
   }
 
+  // A page that learned of an end another way (the dashboard re-reading a row the feed
+  // went quiet about) says so here, so the notice is not lost with the event.
+  document.addEventListener("workbench:ended", function (event) {
+    var run = event.detail;
+    if (terminal.indexOf(known[run.id]) >= 0) return;  // already noticed
+    known[run.id] = run.status;
+    notice(run);
+  });
+
   function state(text) {
     document.dispatchEvent(new CustomEvent("workbench:live", { detail: text }));
   }
