@@ -8,6 +8,7 @@ import traceback
 
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import celeryd_after_setup, worker_ready
+from django.db import connection
 
 from engine.contract import NotApplicable
 from engine.errors import Cancelled, EngineError
@@ -79,6 +80,12 @@ def _hit_time_limit(error: BaseException, sink: ProgressSink) -> bool:
 
 
 def _timed_out(stage, limit: float) -> str:
+    # Celery's soft limit can fire inside a database query (a progress write): the
+    # connection is then left mid-query and refuses the next transaction. Start afresh.
+    try:
+        connection.close()
+    except Exception:  # noqa: BLE001 - a broken connection may not close cleanly; Django reopens
+        log.warning("closing the interrupted database connection failed", exc_info=True)
     pipeline.fail_stage(
         stage.pk,
         code="time_limit",
