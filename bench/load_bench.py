@@ -64,6 +64,9 @@ def environment(var_dir: str, database: str, queue: str) -> dict:
     env["WORKBENCH_SAMPLE_MODELS"] = "0"
     env["WORKBENCH_QUEUE"] = queue
     env["WORKBENCH_RATE_NAMESPACE"] = uuid.uuid4().hex
+    # Redis is shared with the tests and other benches: channel groups of their own
+    # (run ids start at 1 in every fresh database, so `run.1` would otherwise collide)
+    env["WORKBENCH_CHANNEL_PREFIX"] = f"load-{uuid.uuid4().hex[:8]}"
     env["DJANGO_SETTINGS_MODULE"] = "workbench.settings"
     return env
 
@@ -145,6 +148,22 @@ def wait_for_http(url: str, timeout_s: float = 60) -> None:
         except OSError:
             time.sleep(0.2)
     raise SystemExit(f"the web server did not answer at {url}")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its children (uvicorn's
+    worker processes)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 async def api_load(base: str, accounts: list[dict], seconds: float, think_s: float) -> dict:
@@ -325,9 +344,20 @@ def main() -> int:
                 )
             )
         wait_for_http(base + "/accounts/login/")
+        # The web processes' own CPU per request: what the server spends, whatever else the
+        # machine runs (the latencies include waiting for the CPU others use).
+        web_pid = procs[0].pid
+        cpu_before = process_cpu_s(web_pid)
         api = asyncio.run(api_load(base, accounts, args.seconds, args.think_s))
+        api["web_cpu_ms_per_request"] = round(
+            (process_cpu_s(web_pid) - cpu_before) * 1e3 / max(api["requests"], 1), 2
+        )
         print(f"api: {json.dumps(api)}", file=sys.stderr, flush=True)
+        cpu_before = process_cpu_s(web_pid)
         saturated = asyncio.run(api_load(base, accounts, args.saturate_s, 0.0))
+        saturated["web_cpu_ms_per_request"] = round(
+            (process_cpu_s(web_pid) - cpu_before) * 1e3 / max(saturated["requests"], 1), 2
+        )
         print(f"api, no wait: {json.dumps(saturated)}", file=sys.stderr, flush=True)
         run_ids, finished, delays, submit_s, total_s = asyncio.run(
             runs_load(base, ws_base, accounts, args.runs, args.timeout)

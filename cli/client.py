@@ -70,8 +70,11 @@ class Api:
             ) from e
 
     def request_bytes(self, method: str, path: str) -> bytes:
-        headers = {"Authorization": f"Token {self.token}"} if self.token else {}
-        req = urllib.request.Request(self.base + path, method=method, headers=headers)
+        req = urllib.request.Request(self.base + path, method=method)
+        if self.token:
+            # not sent on to a redirect's target: a presigned storage link carries its own
+            # signature and refuses a second one
+            req.add_unredirected_header("Authorization", f"Token {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=600) as resp:
                 return resp.read()

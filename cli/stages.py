@@ -25,6 +25,7 @@ from engine.contract import NotApplicable, StageInputs
 from engine.errors import EngineError
 from engine.options import OptionsError, OptionSpec
 from engine.stages import STAGES, RunOptions
+from engine.targets.schema import ProfileError, TargetProfile, validate_profile
 
 COMMANDS = {
     "analyze": "analyze",
@@ -64,7 +65,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument(
             "--target",
             default="host",
-            help="a target preset (see 'workbench targets') or a profile .json (default: host)",
+            help="a target preset (see 'workbench targets'), a profile .json, or 'remote' "
+            "with --tracker and --key (default: host)",
+        )
+        parser.add_argument(
+            "--tracker",
+            metavar="HOST:PORT",
+            help="the TVM RPC tracker of a remote device (with --target remote and --key)",
+        )
+        parser.add_argument(
+            "--key", metavar="KEY", help="the key the remote device registered under"
         )
         parser.add_argument(
             "--shape",
@@ -97,7 +107,7 @@ def _add_option(group, option: OptionSpec) -> None:
         group.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
     elif option.kind in ("int", "optional_int"):
         group.add_argument(flag, type=_number(int), metavar="N", **common)
-    elif option.kind == "float":
+    elif option.kind in ("float", "optional_float"):
         group.add_argument(flag, type=_number(float), metavar="X", **common)
     elif option.kind in ("str", "optional_str"):
         # No argparse choices: Options.from_dict says what is wrong, as the API does.
@@ -131,7 +141,8 @@ def _runner(command: str, stage: str) -> Callable[[argparse.Namespace], int]:
             options = RunOptions.from_dict([stage], {"input_shapes": shapes, stage: values})
         except OptionsError as e:
             raise EngineError(e.message, code="usage") from e
-        report = run_stage(args.model, stage, options, target=args.target, args=args)
+        target = _remote_target(args) or args.target
+        report = run_stage(args.model, stage, options, target=target, args=args)
         output = report.to_dict()
         after = FINISH.get(command)
         if after is not None:
@@ -142,7 +153,33 @@ def _runner(command: str, stage: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def run_stage(model: str, stage: str, options: RunOptions, *, target: str, args=None):
+def _remote_target(args: argparse.Namespace) -> TargetProfile | None:
+    """``--target remote --tracker HOST:PORT --key KEY``: a remote target for one command."""
+    given = [flag for flag in ("tracker", "key") if getattr(args, flag, None)]
+    if args.target != "remote":
+        if given:
+            raise EngineError(
+                f"--{given[0]} is for a remote device: add --target remote", code="usage"
+            )
+        return None
+    if len(given) < 2:
+        raise EngineError("--target remote needs --tracker HOST:PORT and --key KEY", code="usage")
+    document = {
+        "name": f"remote:{args.key}",
+        "kind": "remote",
+        "description": f"device '{args.key}' behind the RPC tracker {args.tracker}",
+        "units": [{"name": "cpu", "kind": "cpu"}],
+        "remote": {"tracker": args.tracker, "key": args.key},
+    }
+    try:
+        return validate_profile(document)
+    except ProfileError as e:
+        raise EngineError(e.message, code="usage") from e
+
+
+def run_stage(
+    model: str, stage: str, options: RunOptions, *, target: str | TargetProfile, args=None
+):
     """Prepare ``model`` and run one stage on it, as a worker does."""
     from engine.graph.prepare import prepare_model
     from engine.targets.catalog import get_target
@@ -150,7 +187,7 @@ def run_stage(model: str, stage: str, options: RunOptions, *, target: str, args=
     cache = getattr(args, "cache_dir", None)
     cache_dir = None if cache == "none" else Path(cache or default_cache_dir())
     prepared = prepare_model(model, options.prepare, cache_dir=cache_dir)
-    profile = get_target(target)
+    profile = target if isinstance(target, TargetProfile) else get_target(target)
     inputs = StageInputs(
         files=_files(model, args),
         workdir=getattr(args, "out", None),

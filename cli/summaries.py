@@ -84,23 +84,72 @@ def profile(d: dict) -> str:
         )
     elif kernels:
         lines.append(f"tvm          not built: {kernels['failed']}")
+    lines += _mobile_gpu(d.get("mobile_gpu"))
     return "\n".join(lines)
 
 
+def _mobile_gpu(section: dict | None) -> list[str]:
+    if not section:
+        return []
+    if not section["available"]:
+        return [f"mobile gpu   not analyzed: {section['reason']}"]
+    s = section["summary"]
+    moved = "unknown" if s["boundary_bytes"] is None else f"{s['boundary_bytes']:,} B"
+    waste = "unknown" if s["waste_fraction"] is None else f"{s['waste_fraction']:.1%}"
+    lines = [
+        f"mobile gpu   {section['unit']} via {section['api']} ({section['basis']}): "
+        f"{s['gpu_partitions']} partitions, {s['boundaries']} boundaries ({moved}), "
+        f"PHWC4 padding {waste}"
+    ]
+    return lines + [f"gpu finding  {f['text']}" for f in section["findings"]]
+
+
 def partition(d: dict) -> str:
-    lines = [f"{'algorithm':<16} {'makespan ms':>12} {'speedup':>8} {'solve s':>8} {'gap':>7}"]
+    if d.get("planned_on_graph"):
+        return _graph_plan(d)
+    lines = [
+        f"{'algorithm':<16} {'makespan ms':>12} {'energy mJ':>10} {'speedup':>8} "
+        f"{'solve s':>8} {'gap':>7}"
+    ]
     for name, a in d["algorithms"].items():
         speedup = f"{a['speedup']:.2f}x" if a["speedup"] else "-"
         gap = f"{a['gap_to_bound']:>7.1%}" if a["gap_to_bound"] is not None else "      -"
+        energy = f"{a['energy_mj']:>10.3f}" if a.get("energy_mj") is not None else "   unknown"
         lines.append(
-            f"{name:<16} {a['makespan_ms']:>12.3f} {speedup:>8} {a['solve_s']:>8.3f} {gap}"
+            f"{name:<16} {a['makespan_ms']:>12.3f} {energy} {speedup:>8} {a['solve_s']:>8.3f} {gap}"
         )
     lines += [f"no plan      {n}: {m}" for n, m in d["failed"].items()]
     lines.append(d["verdict"])
+    detail = d.get("objective_detail") or {}
+    lines.append(
+        f"objective    {detail.get('description', d.get('objective', 'latency'))}; energy "
+        + (f"unknown: {d['energy_unknown']}" if d.get("energy_unknown") else "predicted")
+    )
+    trade = d.get("trade_off")
+    if trade and trade.get("available"):
+        front = ", ".join(
+            f"{p['makespan_ms']:.3f} ms/{p['energy_mj']:.3f} mJ" for p in trade["front"]
+        )
+        lines.append(f"trade-off    Pareto front (predicted): {front}")
+    elif trade:
+        lines.append(f"trade-off    unavailable: {trade['reason']}")
     check = d.get("execution_check")
     if check:
         lines.append(f"execution    outputs match: {check['outputs_match']}")
     lines += [f"note         {n}" for n in d["notes"]]
+    return "\n".join(lines)
+
+
+def _graph_plan(d: dict) -> str:
+    """A graph planner's result (GraphTurbo): kernels, off-core bytes and the ablation."""
+    lines = [f"no plan      {n}: {m}" for n, m in d["failed"].items()]
+    for r in d["results"].values():
+        lines.append(r["verdict"])
+        lines += [
+            f"ablation     {a['step']:<20} {a['offcore_bytes']:>14,} off-core bytes"
+            + (f"  {a['latency_ms']:.3f} ms (predicted)" if a["latency_ms"] is not None else "")
+            for a in r.get("ablation", [])
+        ]
     return "\n".join(lines)
 
 

@@ -23,13 +23,16 @@ class StageInputs:
     run that it reads (``uses`` / ``needs``), by stage name, as their ``to_dict()`` JSON;
     files the caller resolved for it (``source``: the model as uploaded, ``inputs``: an
     .npz, ``other_model``: another .onnx); ``workdir``, a directory where the stage
-    writes its artifacts (none are kept without it); and ``tuning_store``, where compiles
-    share tuning records (a directory or a ``RecordStore``; none: no sharing)."""
+    writes its artifacts (none are kept without it); ``tuning_store``, where compiles
+    share tuning records (a directory or a ``RecordStore``; none: no sharing); and
+    ``tuning_builder``, a MetaSchedule builder that builds tuning candidates (e.g. spread
+    over other workers; none: this machine's processes)."""
 
     results: Mapping[str, dict] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     tuning_store: Any = None
+    tuning_builder: Any = None
 
 
 NO_INPUTS = StageInputs()

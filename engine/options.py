@@ -79,7 +79,7 @@ class OptionSpec:
     """One field as the form and the CLI see it."""
 
     name: str
-    kind: str  # bool, int, float, str, str_list, shapes, number_map, optional_int/_str
+    kind: str  # bool, int, float, str, str_list, shapes, number_map, optional_int/_str/_float
     default: Any
     help: str
     label: str
@@ -194,6 +194,8 @@ def _kind(hint: Any, name: str) -> str:
             return "optional_int"
         if inner == [str]:
             return "optional_str"
+        if inner == [float]:
+            return "optional_float"
     raise TypeError(f"option {name}: unsupported type {hint!r}")
 
 

@@ -11,12 +11,14 @@ from engine.stages import STAGES
 from frontend.figures.accuracy import (
     error_by_layer,
     error_histogram,
+    fp16_variant_table,
     layer_errors_by_node,
     metric_table,
     verdict_card,
 )
 from frontend.figures.analysis import analysis_figures
 from frontend.figures.graph import Metric, graph_payload
+from frontend.figures.graphturbo import graphturbo_figures
 from frontend.figures.kernels import (
     fusion_stages,
     kernel_table,
@@ -24,7 +26,14 @@ from frontend.figures.kernels import (
     kernels_vs_onnxruntime,
 )
 from frontend.figures.memory import live_bytes_curve, memory_timeline, planners_bar, tvm_bar
+from frontend.figures.mobile_gpu import (
+    kernel_rows,
+    partition_rows,
+    phwc4_waste_bars,
+    support_rows,
+)
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
+from frontend.figures.partition_energy import trade_off_curve
 from frontend.figures.profile import profile_figures, sweep_chart
 
 
@@ -69,15 +78,22 @@ def _memory_rows(report: dict, results: dict) -> dict:
 
 def _partition_figures(report: dict) -> dict[str, dict]:
     results = report.get("results", {})
+    if report.get("planned_on_graph"):  # GraphTurbo on a DSA: no placement to draw
+        return {k: v for r in results.values() for k, v in graphturbo_figures(r).items()}
     figures = {"compare": algorithm_comparison(report)}
     if report.get("best"):
         figures["gantt"] = schedule_gantt(results[report["best"]])
     if "mobile-cloud" in results:
         figures["cuts"] = cut_cost_curve(results["mobile-cloud"])
+    trade = trade_off_curve(report)
+    if trade is not None:
+        figures["trade_off"] = trade
     return figures
 
 
 def _partition_context(report: dict, results: dict) -> dict:
+    if report.get("planned_on_graph"):
+        return {"graphturbo": report.get("results", {}).get("graphturbo")}
     rows = sorted(report.get("algorithms", {}).items(), key=lambda kv: kv[1]["makespan_ms"] or 0)
     context = {"rows": rows}
     analysis, best = results.get("analyze"), report.get("best")
@@ -92,6 +108,7 @@ def _partition_context(report: dict, results: dict) -> dict:
 
 def _accuracy_context(report: dict, results: dict) -> dict:
     context = {"card": verdict_card(report), "table": metric_table(report)}
+    context["fp16_variants"] = fp16_variant_table(report)
     analysis, by_node = results.get("analyze"), layer_errors_by_node(report)
     if analysis and by_node and "partition" not in results:  # one graph view per page
         snr = Metric(
@@ -111,6 +128,8 @@ def _profile_figures(result: dict) -> dict[str, dict]:
         figures[f"sweep_{sweep['kind']}"] = sweep_chart(sweep)
     if result.get("tvm_kernels", {}).get("kernels"):
         figures["tvm_kernels"] = kernels_vs_onnxruntime(result["tvm_kernels"])
+    if result.get("mobile_gpu", {}).get("available"):
+        figures["mobile_gpu_waste"] = phwc4_waste_bars(result["mobile_gpu"])
     return figures
 
 
@@ -126,6 +145,11 @@ def _profile_context(result: dict, results: dict) -> dict:
                 {**op, "latency_us": op["latency_us"].get(unit), "status": op["status"].get(unit)}
             )
     context = {"op_rows": rows, "tvm_kernel_rows": _tvm_kernel_rows(result)}
+    section = result.get("mobile_gpu", {})
+    if section.get("available"):
+        context["gpu_partition_rows"] = partition_rows(section)
+        context["gpu_kernel_rows"] = kernel_rows(section)
+        context["gpu_support_rows"] = support_rows(section)
     analysis = results.get("analyze")
     if analysis:
         label = (

@@ -1,12 +1,14 @@
 """Run one stage of a run: load, call the engine's entry point, save. Nothing else.
 
 The prepared model comes from the cache under ``WORKBENCH_VAR_DIR/prepared`` (built by the
-first stage that needs it); the entry point is the stage's ``StageSpec.entry``; the report's
-artifacts are copied into storage and its JSON becomes the stage's result.
+first stage that needs it, from the stored model as ``jobs.localcopy`` finds it on this
+machine); the entry point is the stage's ``StageSpec.entry``; the report's artifacts are
+copied into storage and its JSON becomes the stage's result.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -17,7 +19,10 @@ from engine.errors import Cancelled, EngineError, ProgressFn
 from engine.graph.prepare import Limits, prepare_model
 from engine.stages import STAGES
 from engine.targets.schema import validate_profile
-from jobs.artifacts import save_artifact
+from jobs.artifacts import check_quota, save_artifact
+from jobs.builds import spread_builder
+from jobs.localcopy import local_path
+from workbench.graph_store import warm_graph
 from workbench.models import InputData, OnnxModel, StageResult, Status
 from workbench.pipeline import run_options
 from workbench.tuning_records import DatabaseStore
@@ -38,7 +43,7 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
     options = run_options(run)
     try:
         prepared = prepare_model(
-            run.model.file.path,
+            local_path(run.model.file, run.model.sha256),
             options.prepare,
             limits=Limits(
                 max_bytes=settings.MAX_UPLOAD_BYTES,
@@ -60,19 +65,20 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
             files=_files(stage, stage_options),
             workdir=workdir,
             tuning_store=DatabaseStore() if stage.stage == "compile" else None,
+            tuning_builder=_builder(stage, stage_options),
         )
         report = spec.load()(
             prepared, target, stage_options, lambda f, m: progress(0.05 + 0.95 * f, m), inputs
         )
-        saved = {
-            kind: save_artifact(stage, kind, Path(path)).name
-            for kind, path in getattr(report, "artifacts", {}).items()
-        }
+        produced = {kind: Path(path) for kind, path in getattr(report, "artifacts", {}).items()}
+        check_quota(stage, list(produced.values()))
+        saved = {kind: save_artifact(stage, kind, path).name for kind, path in produced.items()}
     result = report.to_dict()
     if "compiled_library" in saved:  # the compile card links the stored artifact
         result["artifact"] = saved["compiled_library"]
     if stage.stage == "analyze":
         OnnxModel.objects.filter(pk=run.model_id).update(analysis=result)
+        warm_graph(run.model_id)
     return result
 
 
@@ -81,18 +87,24 @@ def _earlier_results(stage: StageResult, names: tuple[str, ...]) -> dict[str, di
     return {row.stage: row.result for row in rows if row.result is not None}
 
 
+def _builder(stage: StageResult, options):
+    """Tuning candidates built here and on the other live workers (``jobs.builds``)."""
+    if stage.stage != "compile" or not (options.tune_trials or options.tune_minutes):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return spread_builder(options.threads or cores or 1, stage.worker)
+
+
 def _files(stage: StageResult, options) -> dict[str, str]:
     """Files the stage reads besides the model, resolved from ids the run names (ids were
     checked against the run's owner when it was created; checked again here)."""
     run = stage.run
-    files = {"source": run.model.file.path}
+    files = {"source": local_path(run.model.file, run.model.sha256)}
     if stage.stage == "accuracy":
         if options.inputs is not None:
-            files["inputs"] = InputData.objects.get(
-                pk=options.inputs, owner=run.owner, model=run.model
-            ).file.path
+            inputs = InputData.objects.get(pk=options.inputs, owner=run.owner, model=run.model)
+            files["inputs"] = local_path(inputs.file, inputs.sha256)
         if options.other_model is not None:
-            files["other_model"] = OnnxModel.objects.get(
-                pk=options.other_model, owner=run.owner
-            ).file.path
-    return files
+            other = OnnxModel.objects.get(pk=options.other_model, owner=run.owner)
+            files["other_model"] = local_path(other.file, other.sha256)
+    return {role: str(path) for role, path in files.items()}

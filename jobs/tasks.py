@@ -7,20 +7,23 @@ import socket
 import traceback
 
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import celeryd_after_setup, worker_ready
+from celery.signals import celeryd_after_setup, celeryd_init, worker_ready, worker_shutdown
 from django.db import connection
 
 from engine.contract import NotApplicable
 from engine.errors import Cancelled, EngineError
-from jobs import runner
+from jobs import builds, runner
 from jobs.policy import TRANSIENT_ERRORS, WorkbenchTask
+from jobs.presence import Presence, declared_targets
 from jobs.progress import Heartbeat, ProgressSink, StageTimedOut
 from jobs.registry import machine_queue, register_machine
-from workbench import pipeline
+from workbench import pipeline, queues, workers
 from workbench.celery import app
+from workbench.limits import LimitExceeded
 from workbench.models import Status
 
 log = logging.getLogger(__name__)
+__all__ = ["builds"]  # its task registers with the app when the worker imports this module
 
 
 @app.task(name=pipeline.RUN_STAGE_TASK, base=WorkbenchTask, bind=True)
@@ -50,6 +53,9 @@ def run_stage(self, stage_id: int) -> str:
             if _hit_time_limit(e, sink):  # an engine step wrapped Celery's soft limit
                 return _timed_out(stage, limit)
             pipeline.fail_stage(stage.pk, code=e.code, message=_said(e))
+            return "failed"
+        except LimitExceeded as e:  # its artifacts would go over the owner's storage quota
+            pipeline.fail_stage(stage.pk, code=e.code, message=e.message)
             return "failed"
         except TRANSIENT_ERRORS:
             pipeline.release_stage(stage.pk)
@@ -100,13 +106,24 @@ def _said(error: EngineError) -> str:
 
 @app.task(name="workbench.reap_stale_stages", base=WorkbenchTask, ignore_result=True)
 def reap_stale_stages() -> int:
-    return pipeline.reap_stale_stages()
+    reaped = pipeline.reap_stale_stages()
+    workers.refresh_waiting()  # a worker that died leaves its target's stages waiting
+    return reaped
+
+
+@celeryd_init.connect
+def _declare_targets(sender, instance, options, **_kwargs) -> None:
+    instance.workbench_targets = declared_targets(options.get("targets"))
 
 
 @celeryd_after_setup.connect
-def _consume_machine_queue(sender, instance, **_kwargs) -> None:
-    # Runs on this machine's measured target are routed here and only here.
+def _consume_queues(sender, instance, **_kwargs) -> None:
+    # Runs on this machine's measured target are routed here and only here. A worker that
+    # declares targets leaves the shared queue (its heartbeat adds it back for `host`) and
+    # consumes its targets' queues from its first heartbeat on (jobs.presence).
     instance.app.amqp.queues.select_add(machine_queue())
+    if getattr(instance, "workbench_targets", None):
+        instance.app.amqp.queues.deselect(queues.shared_queue())
 
 
 @worker_ready.connect
@@ -114,3 +131,16 @@ def _on_worker_ready(**_kwargs) -> None:
     # A worker that restarts after a crash fails its predecessor's orphans right away.
     pipeline.reap_stale_stages()
     register_machine()
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(sender, **_kwargs) -> None:
+    # Gone at once, so stages for targets only it served say they wait for a worker.
+    try:
+        workers.retire(sender.hostname)
+        workers.refresh_waiting()
+    except Exception:  # noqa: BLE001 - shutting down with the database away is still a shutdown
+        log.warning("could not mark worker %s gone", sender.hostname, exc_info=True)
+
+
+app.steps["consumer"].add(Presence)

@@ -9,7 +9,9 @@ class WorkbenchConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from frontend.figures.graph.store import use_store
         from workbench import storage_hygiene, tokens
+        from workbench.graph_store import STORE
         from workbench.presets import on_post_migrate
         from workbench.samples import on_user_created
 
@@ -17,3 +19,4 @@ class WorkbenchConfig(AppConfig):
         post_save.connect(on_user_created, sender=settings.AUTH_USER_MODEL)
         tokens.connect()
         storage_hygiene.connect()
+        use_store(STORE)

@@ -1,18 +1,21 @@
-"""Sign-in, sign-up and API-token views with their abuse limits (``workbench.limits``):
-failed sign-ins are counted per account name and address and per address, and a limit
-reached is refused before the password is even checked."""
+"""Sign-in, sign-up, password-reset and API-token views with their abuse limits
+(``workbench.limits``): failed sign-ins are counted per account name and address and per
+address, and a limit reached is refused before the password is even checked; reset mails
+are counted per address and per mail address, whether or not an account has it."""
 
 from __future__ import annotations
 
+import hashlib
+
 from django.conf import settings
 from django.contrib.auth import authenticate, login
-from django.contrib.auth.forms import UserCreationForm
-from django.contrib.auth.views import LoginView
+from django.contrib.auth.views import LoginView, PasswordResetView
 from django.shortcuts import redirect, render
 from rest_framework import status
 
 from workbench import limits
 from workbench.api.errors import error_response
+from workbench.forms import SignUpForm
 
 
 def _failure_keys(request, username: str) -> list[tuple[str, str]]:
@@ -33,6 +36,16 @@ def record_failed_sign_in(request, username: str) -> None:
         limits.record(scope, ident)
 
 
+def refused_form(view, error: limits.LimitExceeded):
+    """The form page again, 429, saying which limit and when to try again."""
+    form = view.get_form()
+    form.errors.clear()
+    form.add_error(None, error.message)
+    response = view.render_to_response(view.get_context_data(form=form), status=429)
+    response["Retry-After"] = str(error.retry_after_s)
+    return response
+
+
 class LimitedLoginView(LoginView):
     """Django's sign-in page; after too many failures it answers 429 with the wait."""
 
@@ -41,12 +54,7 @@ class LimitedLoginView(LoginView):
         try:
             check_sign_in_allowed(request, username)
         except limits.LimitExceeded as e:
-            form = self.get_form()
-            form.errors.clear()
-            form.add_error(None, e.message)
-            response = self.render_to_response(self.get_context_data(form=form), status=429)
-            response["Retry-After"] = str(e.retry_after_s)
-            return response
+            return refused_form(self, e)
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form):
@@ -54,10 +62,26 @@ class LimitedLoginView(LoginView):
         return super().form_invalid(form)
 
 
+class LimitedPasswordResetView(PasswordResetView):
+    """Django's reset page: the same answer whether or not an account has the address (it
+    mails only if one does), every request counted, whatever the address."""
+
+    def post(self, request, *args, **kwargs):
+        # keyed by a digest: the cache need not hold people's mail addresses
+        email = request.POST.get("email", "").strip().lower()[:254]
+        try:
+            limits.hit("password_reset", limits.client_address(request))
+            digest = hashlib.sha256(email.encode("utf-8", "surrogatepass")).hexdigest()
+            limits.hit("password_reset_email", digest)
+        except limits.LimitExceeded as e:
+            return refused_form(self, e)
+        return super().post(request, *args, **kwargs)
+
+
 def signup(request):
     if not settings.SIGNUP_OPEN:
         return render(request, "workbench/signup.html", {"closed": True}, status=403)
-    form = UserCreationForm(request.POST or None)
+    form = SignUpForm(request.POST or None)
     if request.method == "POST":
         limits.hit("signup", limits.client_address(request))
         if form.is_valid():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from click import Option
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "workbench.settings")
 
@@ -24,6 +25,15 @@ app.conf.update(
     beat_schedule={
         "reap-stale-stages": {"task": "workbench.reap_stale_stages", "schedule": 10.0},
     },
+)
+# `celery -A jobs worker --targets a,b`: the targets this worker serves (workbench/queues.py).
+app.user_options["worker"].add(
+    Option(
+        ["--targets"],
+        default=None,
+        help="Comma-separated target names this worker serves (default: "
+        "WORKBENCH_WORKER_TARGETS, else every target but other machines' measured ones).",
+    )
 )
 # Imported by the worker after Django is set up (its fixup runs django.setup() first).
 app.conf.imports = ("jobs.tasks",)

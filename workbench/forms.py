@@ -3,6 +3,8 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import UserCreationForm
 
 from engine.options import OptionsError, OptionSpec
 from engine.stages import STAGES, RunOptions
@@ -47,7 +49,7 @@ def _field(spec: OptionSpec) -> forms.Field:
         return forms.IntegerField(
             initial=spec.default, min_value=spec.min, max_value=spec.max, **common
         )
-    if spec.kind == "float":
+    if spec.kind in ("float", "optional_float"):
         return forms.FloatField(
             initial=spec.default, min_value=spec.min, max_value=spec.max, **common
         )
@@ -103,7 +105,11 @@ class StartRunForm(forms.Form):
                     name = f"{stage.name}_{spec.name}"
                     self.fields[name] = _field(spec)
                     self._option_fields[name] = (stage.name, spec)
-        self.fields["accuracy_other_model"].queryset = OnnxModel.objects.filter(owner=user)
+        # Without the analysis: a choice list needs names, and a 50,000-node model's
+        # analysis is 14 MB of JSON to decode, once per rendering of the list.
+        self.fields["accuracy_other_model"].queryset = OnnxModel.objects.filter(owner=user).defer(
+            "analysis"
+        )
         self.fields["accuracy_inputs"].queryset = InputData.objects.filter(owner=user, model=model)
         self.fields["target"].queryset = latest_versions(visible_targets(user)).order_by(
             "owner_id", "name"
@@ -156,3 +162,23 @@ class UploadInputsForm(forms.Form):
         help_text="One array per model input, named like the input (numpy.savez).",
         widget=forms.ClearableFileInput(attrs={"accept": ".npz"}),
     )
+
+
+EMAIL_HELP = "Optional: where a password-reset link is sent if you forget your password."
+
+
+class SignUpForm(UserCreationForm):
+    """Django's sign-up form with the account's mail address, which a password reset needs."""
+
+    class Meta(UserCreationForm.Meta):
+        fields = ("username", "email")
+        help_texts = {"email": EMAIL_HELP}
+
+
+class EmailForm(forms.ModelForm):
+    """The account page's mail address."""
+
+    class Meta:
+        model = get_user_model()
+        fields = ("email",)
+        help_texts = {"email": EMAIL_HELP}

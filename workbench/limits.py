@@ -8,7 +8,9 @@ Each is configurable as ``WORKBENCH_RATE_<SCOPE>=<count>/<seconds>``:
 - ``login_failures``: failed sign-ins (web form and token endpoint) per account name and
   address; ``login_failures_ip``: per address whatever the name (credential stuffing);
 - ``signup``: accounts created per address; ``token``: token requests per address;
-- ``runs``: runs started per user; ``uploads``: models and input sets uploaded per user.
+- ``runs``: runs started per user; ``uploads``: models and input sets uploaded per user;
+- ``password_reset``: reset mails asked for per address; ``password_reset_email``: per
+  mail address asked for, whoever asks (nobody can flood someone's mailbox).
 
 Quotas (``WORKBENCH_MAX_ACTIVE_RUNS``, ``WORKBENCH_MAX_STORED_BYTES``) bound what one user
 can have queued or stored at once. A refusal says which limit, when to try again and what to
@@ -42,6 +44,8 @@ DEFAULT_RATES = {
     "token": Rate(20, 60),
     "runs": Rate(60, 3600),
     "uploads": Rate(100, 3600),
+    "password_reset": Rate(5, 3600),
+    "password_reset_email": Rate(3, 3600),
 }
 WHAT = {
     "login_failures": "failed sign-ins for this account from this address",
@@ -50,6 +54,8 @@ WHAT = {
     "token": "token requests from this address",
     "runs": "runs started",
     "uploads": "uploads",
+    "password_reset": "password resets asked for from this address",
+    "password_reset_email": "password resets asked for this mail address",
 }
 
 
@@ -198,22 +204,48 @@ def check_active_runs(user) -> None:
         )
 
 
-def check_storage(user, adding: int) -> None:
-    """Refuse an upload that would take the user's stored bytes over the quota."""
-    from django.db.models import Sum
+@dataclass(frozen=True)
+class StoredBytes:
+    """What a user's files take in storage, by kind (the storage quota counts all three)."""
 
-    from workbench.models import InputData, OnnxModel
+    models: int
+    input_sets: int
+    artifacts: int
 
-    limit = settings.MAX_STORED_BYTES
-    used = sum(
-        q.filter(owner=user).aggregate(total=Sum("size_bytes"))["total"] or 0
-        for q in (OnnxModel.objects, InputData.objects)
+    @property
+    def total(self) -> int:
+        return self.models + self.input_sets + self.artifacts
+
+
+def stored_bytes(user) -> StoredBytes:
+    """The user's stored bytes: uploaded models and input sets, and the artifacts (compiled
+    libraries, sub-models, plans) of the user's runs. A file two rows share (a retried
+    run's kept artifacts, one input set given to two models) counts once."""
+    from django.db.models import Max, Sum
+
+    from workbench.models import Artifact, InputData, OnnxModel
+
+    def total(queryset) -> int:
+        per_file = queryset.order_by().values("file").annotate(size=Max("size_bytes"))
+        return per_file.aggregate(total=Sum("size"))["total"] or 0
+
+    return StoredBytes(
+        models=total(OnnxModel.objects.filter(owner=user)),
+        input_sets=total(InputData.objects.filter(owner=user)),
+        artifacts=total(Artifact.objects.filter(run__owner=user)),
     )
+
+
+def check_storage(user, adding: int, what: str = "this upload") -> None:
+    """Refuse ``what`` (``adding`` bytes) when it would take the user's stored bytes over
+    the quota."""
+    limit = settings.MAX_STORED_BYTES
+    used = stored_bytes(user).total
     if used + adding > limit:
         raise LimitExceeded(
-            f"this upload ({adding / 1e6:,.1f} MB) would take your stored files to "
+            f"{what} ({adding / 1e6:,.1f} MB) would take your stored files to "
             f"{(used + adding) / 1e9:,.2f} GB, over your quota of {limit / 1e9:,.2f} GB. "
-            "Delete models or input sets you no longer need.",
+            "Delete models, input sets or runs (their artifacts) you no longer need.",
             code="storage_quota",
         )
 

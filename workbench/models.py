@@ -256,3 +256,40 @@ class TuningRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kernel or self.workload_key} on {self.target_key}"
+
+
+class Worker(models.Model):
+    """A Celery worker node as its own heartbeat last described it (``jobs.presence``).
+
+    Alive while the heartbeat is fresher than ``RUN_STALE_SECONDS``; gone once it shut
+    down cleanly (``stopped_at``). What it runs now is read from the running stages that
+    name it (``StageResult.worker``), the one source of truth for that."""
+
+    class State(models.TextChoices):
+        ALIVE = "alive"
+        STALE = "stale"
+        GONE = "gone"
+
+    # The Celery node name (name@host), as StageResult.worker records it.
+    hostname = models.CharField(max_length=200, unique=True)
+    machine = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    # The target names it declared; empty: every target but other machines' measured ones.
+    targets = models.JSONField(default=list)
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveSmallIntegerField(default=1)
+    # The machine's load average over 1, 5 and 15 minutes (os.getloadavg).
+    load_avg = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    @property
+    def serves_all(self) -> bool:
+        return not self.targets

@@ -20,7 +20,7 @@ from django.utils import timezone
 from engine.options import OptionsError
 from engine.report.headlines import headline_figures
 from engine.stages import STAGES, RunOptions
-from workbench import limits
+from workbench import limits, queues, workers
 from workbench.celery import app
 from workbench.events import publish_run
 from workbench.models import ACTIVE, Artifact, OnnxModel, Run, StageResult, Status, Target
@@ -154,8 +154,8 @@ def run_options(run: Run) -> RunOptions:
 
 
 def queue_for(target: Target) -> str:
-    """Measured targets run on the workers attached to them; the rest on the shared queue."""
-    return target.queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    """The target's own queue (:mod:`workbench.queues` says which, and who consumes it)."""
+    return queues.queue_for(target)
 
 
 def stage_time_limit(name: str) -> float:
@@ -165,15 +165,24 @@ def stage_time_limit(name: str) -> float:
 
 
 def enqueue_stage(stage: StageResult) -> None:
+    """Send the stage to its target's queue (declared durable as it is published, so the
+    broker keeps it until a worker serving the target comes); when no live worker serves
+    the target, the stage says so until one does (:func:`workers.refresh_waiting`)."""
     limit = stage_time_limit(stage.stage)
+    target = stage.run.target
     result = app.send_task(
         RUN_STAGE_TASK,
         args=[stage.pk],
-        queue=queue_for(stage.run.target),
+        queue=queue_for(target),
         soft_time_limit=limit,
         time_limit=limit + 60,
     )
     StageResult.objects.filter(pk=stage.pk).update(task_id=result.id)
+    waiting = workers.waiting_message(target)
+    if waiting and StageResult.objects.filter(pk=stage.pk, status=Status.QUEUED).update(
+        message=waiting
+    ):
+        publish_run(stage.run_id)
 
 
 def claim_stage(stage_id: int, *, worker: str) -> StageResult | None:

@@ -12,6 +12,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from workbench.env import (
     database_from_url,
     env_bool,
@@ -20,6 +22,7 @@ from workbench.env import (
     env_list,
     env_str,
 )
+from workbench.storage_config import storages_setting
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("WORKBENCH_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -117,6 +120,15 @@ STATICFILES_DIRS = [
 MEDIA_ROOT = Path(env_str("WORKBENCH_MEDIA_ROOT", str(VAR_DIR / "media")))
 MEDIA_URL = "media/"
 
+# Where uploads and artifacts live: WORKBENCH_STORAGE=local (MEDIA_ROOT) or s3 (a bucket,
+# WORKBENCH_S3_*; see README "Object storage"). Checked here: a bad value stops the start.
+STORAGES = storages_setting(os.environ)
+# S3: downloads answer 302 to a presigned link valid this long, instead of passing through
+STORAGE_PRESIGNED_DOWNLOADS = env_bool("WORKBENCH_S3_PRESIGNED_DOWNLOADS", False)
+STORAGE_PRESIGN_SECONDS = env_int("WORKBENCH_S3_PRESIGN_SECONDS", 300, minimum=1)
+# Workers keep stored files they read (models, input sets) in VAR_DIR/blobs, up to this
+BLOB_CACHE_BYTES = env_int("WORKBENCH_BLOB_CACHE_BYTES", 20 << 30, minimum=0)
+
 # Uploads: the size limit is checked while streaming, before anything is kept.
 MAX_UPLOAD_BYTES = env_int("WORKBENCH_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)
 FILE_UPLOAD_HANDLERS = [
@@ -207,11 +219,18 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 CELERY_TASK_DEFAULT_QUEUE = env_str("WORKBENCH_QUEUE", "workbench")
+# The target names this worker serves (workbench/queues.py); none: every target but other
+# machines' measured ones. `celery -A jobs worker --targets a,b` says the same.
+WORKER_TARGETS = env_list("WORKBENCH_WORKER_TARGETS", [])
 CELERY_TASK_ALWAYS_EAGER = False
 
 # Channels: Redis in production; a SQLite file shared by the web and worker processes
 # when embedded (the in-memory layer cannot cross processes).
 REDIS_URL = env_str("REDIS_URL", "")
+# Tuning candidates built on other workers return through a result store (jobs.builds).
+if env_str("WORKBENCH_RESULT_BACKEND", REDIS_URL):
+    CELERY_RESULT_BACKEND = env_str("WORKBENCH_RESULT_BACKEND", REDIS_URL)
+DISTRIBUTED_BUILDS = env_bool("WORKBENCH_DISTRIBUTED_BUILDS", True)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -260,6 +279,34 @@ SIGNUP_OPEN = env_bool("WORKBENCH_SIGNUP", True)
 RATE_NAMESPACE = env_str("WORKBENCH_RATE_NAMESPACE", "")  # tests: counters of their own
 TRUST_X_FORWARDED_FOR = env_bool("WORKBENCH_TRUST_X_FORWARDED_FOR", False)
 API_TOKEN_DAYS = env_int("WORKBENCH_TOKEN_DAYS", 90, minimum=1)
+# A token read from the database is kept in the shared cache this long (workbench.tokens:
+# revoking one clears it at once). Off without Redis: a local cache in each process could
+# not be cleared by the process that revokes.
+API_TOKEN_CACHE_SECONDS = env_int(
+    "WORKBENCH_TOKEN_CACHE_SECONDS", 60 if env_str("REDIS_URL", "") else 0, minimum=0
+)
+# A password-reset link works this long (and once: it dies with the password it resets)
+PASSWORD_RESET_TIMEOUT = env_int("WORKBENCH_PASSWORD_RESET_SECONDS", 3600, minimum=60)
+# Mail (password resets): an SMTP server when WORKBENCH_EMAIL_HOST names one, else each
+# message is a file under VAR_DIR/mail, so the embedded start needs no mail server.
+EMAIL_HOST = env_str("WORKBENCH_EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = env_int("WORKBENCH_EMAIL_PORT", 587, minimum=1)
+    EMAIL_HOST_USER = env_str("WORKBENCH_EMAIL_USER", "")
+    EMAIL_HOST_PASSWORD = env_str("WORKBENCH_EMAIL_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("WORKBENCH_EMAIL_STARTTLS", True)
+    EMAIL_USE_SSL = env_bool("WORKBENCH_EMAIL_SSL", False)
+    if EMAIL_USE_TLS and EMAIL_USE_SSL:
+        raise ImproperlyConfigured(
+            "WORKBENCH_EMAIL_STARTTLS and WORKBENCH_EMAIL_SSL are both on: choose one "
+            "(SSL for port 465, STARTTLS for 587)"
+        )
+    EMAIL_TIMEOUT = env_int("WORKBENCH_EMAIL_TIMEOUT_SECONDS", 10, minimum=1)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = env_str("WORKBENCH_EMAIL_FROM", "workbench@localhost")
 if env_str("REDIS_URL", ""):
     # rate-limit counters shared by every web process
     CACHES = {

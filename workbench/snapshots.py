@@ -17,6 +17,29 @@ def light_stages() -> Prefetch:
     return Prefetch("stages", queryset=StageResult.objects.defer("result", "log_excerpt"))
 
 
+SNAPSHOT_STAGE_FIELDS = (
+    "id",
+    "run_id",
+    "stage",
+    "position",
+    "status",
+    "progress",
+    "message",
+    "attempts",
+    "worker",
+    "started_at",
+    "finished_at",
+    "error_code",
+    "error_message",
+)
+
+
+def snapshot_stages() -> Prefetch:
+    """A run's stages with what :func:`run_snapshot` reads and nothing else (no result, no
+    headline figures): for the API's runs, polled by every CI job."""
+    return Prefetch("stages", queryset=StageResult.objects.only(*SNAPSHOT_STAGE_FIELDS))
+
+
 def run_snapshot(run: Run) -> dict:
     return {
         "id": run.pk,

@@ -1,11 +1,12 @@
 """Files nothing refers to any more: removed when their last row goes, and found by
-``manage.py orphans`` (report; ``--delete`` removes them).
+``manage.py orphans`` (report; ``--delete`` removes them). Stored files are listed and
+deleted through Django's storage API, so this works on local disk and on S3 alike.
 
 Uploads are stored once per content (``models/ab/<sha256>.onnx``), so one file may back
 several rows (two accounts uploading the same model): a file goes only when no model, input
 set or artifact row names it. Prepared models (``var/prepared/<key>.onnx|.json``) go with
-the last model of their source's sha256. Upload scratch files (``tmp/``) older than a day
-are orphans too (a web process killed mid-upload leaves them).
+the last model of their source's sha256. Upload scratch files (``MEDIA_ROOT/tmp/``, on the
+web machine) older than a day are orphans too (a web process killed mid-upload leaves them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -25,8 +27,8 @@ STORED_DIRS = ("models", "inputs", "artifacts")
 SCRATCH_MAX_AGE_S = 24 * 3600
 
 
-def _media() -> Path:
-    return Path(settings.MEDIA_ROOT)
+def _scratch_dir() -> Path:
+    return Path(settings.MEDIA_ROOT) / "tmp"
 
 
 def _prepared_dir() -> Path:
@@ -50,33 +52,53 @@ def _referenced_sources() -> set[str]:
 
 @dataclass
 class Orphans:
-    files: list[Path] = field(default_factory=list)
+    """Stored files (storage names) and this machine's files (paths) nothing uses."""
+
+    stored: list[str] = field(default_factory=list)
+    local: list[Path] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[str]:
+        return self.stored + [str(p) for p in self.local]
 
     @property
     def bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.files if p.exists())
+        total = sum(p.stat().st_size for p in self.local if p.exists())
+        for name in self.stored:
+            try:
+                total += default_storage.size(name)
+            except FileNotFoundError:
+                continue
+        return total
+
+
+def _walk(top: str):
+    """Every stored file's name under ``top``, through the storage API (any backend)."""
+    try:
+        dirs, files = default_storage.listdir(top)
+    except FileNotFoundError:  # local disk: nothing stored there yet
+        return
+    for name in files:
+        yield f"{top}/{name}"
+    for sub in dirs:
+        yield from _walk(f"{top}/{sub}")
 
 
 def find_orphans() -> Orphans:
-    media = _media()
     referenced = referenced_files()
     found = Orphans()
     for top in STORED_DIRS:
-        root = media / top
-        if root.exists():
-            for path in root.rglob("*"):
-                if path.is_file() and str(path.relative_to(media)) not in referenced:
-                    found.files.append(path)
-    scratch = media / "tmp"
+        found.stored += [name for name in _walk(top) if name not in referenced]
+    scratch = _scratch_dir()
     if scratch.exists():
         now = time.time()
-        found.files += [
+        found.local += [
             p
             for p in scratch.iterdir()
             if p.is_file() and now - p.stat().st_mtime > SCRATCH_MAX_AGE_S
         ]
     sources = _referenced_sources()
-    found.files += _prepared_files(lambda source: source not in sources)
+    found.local += _prepared_files(lambda source: source not in sources)
     return found
 
 
@@ -95,25 +117,41 @@ def _prepared_files(drop) -> list[Path]:
     return files
 
 
-def remove(paths: list[Path]) -> int:
-    """Delete ``paths`` and the directories they leave empty; returns bytes freed."""
+def remove(orphans: Orphans) -> int:
+    """Delete the orphans (and, on local disk, the folders they leave empty); returns
+    bytes freed."""
     freed = 0
-    media = _media()
-    for path in paths:
+    for name in orphans.stored:
+        try:
+            size = default_storage.size(name)
+        except FileNotFoundError:
+            continue
+        default_storage.delete(name)
+        freed += size
+        _remove_empty_folders(name)
+    for path in orphans.local:
         try:
             size = path.stat().st_size
             path.unlink()
             freed += size
         except FileNotFoundError:
             continue
-        parent = path.parent
-        while parent != media and media in parent.parents:
-            try:
-                parent.rmdir()  # only when empty
-            except OSError:
-                break
-            parent = parent.parent
     return freed
+
+
+def _remove_empty_folders(name: str) -> None:
+    """Local disk keeps folders (object stores have none): drop those ``name`` emptied."""
+    try:
+        root = Path(default_storage.path(""))
+        parent = Path(default_storage.path(name)).parent
+    except NotImplementedError:
+        return
+    while parent != root and root in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
 
 
 def _forget_file(name: str, sha256: str | None = None) -> None:
@@ -125,10 +163,10 @@ def _forget_file(name: str, sha256: str | None = None) -> None:
     def later() -> None:
         if name in referenced_files():
             return
-        paths = [_media() / name]
+        orphans = Orphans(stored=[name])
         if sha256 and sha256 not in _referenced_sources():
-            paths += _prepared_files(lambda source: source == sha256)
-        freed = remove(paths)
+            orphans.local = _prepared_files(lambda source: source == sha256)
+        freed = remove(orphans)
         if freed:
             log.info("removed %s (%d bytes) with its last row", name, freed)
 

@@ -1,10 +1,13 @@
 """API tokens: one per account, expiring ``WORKBENCH_TOKEN_DAYS`` after it was made,
-revoked through the API or the token page, and whenever the account's password changes."""
+revoked through the API, the token page or "sign out everywhere", and whenever the
+account's password changes (or is reset). A revoked token is refused on the next request
+even where lookups are cached (``workbench.authentication``)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models.signals import pre_save
+from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -14,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from workbench.api.schema import errors
-from workbench.authentication import expires_at
+from workbench.authentication import expires_at, forget
 
 
 def describe(token: Token, current_key: str | None = None) -> dict:
@@ -120,9 +123,35 @@ def revoke_on_password_change(sender, instance, **kwargs) -> None:
         Token.objects.filter(user_id=instance.pk).delete()
 
 
+def forget_token(sender, instance, created: bool = False, **kwargs) -> None:
+    """A token deleted (revoked, replaced, expired) is refused by the cache of
+    ``workbench.authentication`` at once, not when its entry runs out; one changed is read
+    again. (A new one has no entry.)"""
+    if not created:
+        forget(instance.key, revoked=kwargs["signal"] is post_delete)
+
+
+def forget_users_tokens(
+    sender, instance, created: bool = False, update_fields=None, **kwargs
+) -> None:
+    """A user changed is read again on the next API request, and a user made inactive is
+    refused at once; a sign-in, which only writes ``last_login``, changes nothing a token
+    needs."""
+    if created or not settings.API_TOKEN_CACHE_SECONDS:
+        return
+    if update_fields is not None and set(update_fields) <= {"last_login"}:
+        return
+    for key in Token.objects.filter(user_id=instance.pk).values_list("key", flat=True):
+        forget(key, revoked=not instance.is_active)
+
+
 def connect() -> None:
+    user_model = get_user_model()
     pre_save.connect(
         revoke_on_password_change,
-        sender=get_user_model(),
+        sender=user_model,
         dispatch_uid="workbench-revoke-tokens-on-password-change",
     )
+    post_save.connect(forget_users_tokens, sender=user_model, dispatch_uid="workbench-forget-user")
+    post_save.connect(forget_token, sender=Token, dispatch_uid="workbench-forget-saved-token")
+    post_delete.connect(forget_token, sender=Token, dispatch_uid="workbench-forget-deleted-token")

@@ -1,5 +1,7 @@
 """Model uploads: stream to a temporary file with a size cap, validate, then keep the bytes
-under their sha256. Nothing is stored for a rejected upload."""
+in storage (``workbench.storage``) under their sha256. Nothing is stored for a rejected
+upload. The scratch file is on this machine (``MEDIA_ROOT/tmp``) whatever the storage:
+the checks need a real path."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from engine.graph import read_header
 from engine.graph.tensors import TensorSpec
 from workbench import limits
 from workbench.models import InputData, OnnxModel
+from workbench.storage import save_file
 
 
 class UploadRejected(ValueError):
@@ -140,6 +143,12 @@ def _blob_name(sha256: str) -> str:
     return f"models/{sha256[:2]}/{sha256}.onnx"
 
 
+def _scratch_file(suffix: str) -> tuple[int, str]:
+    scratch = Path(settings.MEDIA_ROOT) / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=scratch, suffix=suffix)
+
+
 def _copy_hashing(src: UploadedFile, dst) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     for chunk in src.chunks(1 << 20):
@@ -159,9 +168,7 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
     if uploaded is None:
         raise UploadRejected("no file was sent: attach an .onnx file in the 'file' field")
     limits.hit("uploads", str(owner.pk))
-    root = Path(settings.MEDIA_ROOT)
-    (root / "tmp").mkdir(parents=True, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".onnx")
+    fd, tmp_path = _scratch_file(".onnx")
     try:
         with os.fdopen(fd, "wb") as tmp:
             sha256, size = _copy_hashing(uploaded, tmp)
@@ -172,12 +179,9 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
             return existing, False
         limits.check_storage(owner, size)
         header = _read_header(tmp_path, size)
-        blob = root / _blob_name(sha256)
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        if not blob.exists():
-            os.replace(tmp_path, blob)
+        stored = save_file(_blob_name(sha256), Path(tmp_path), move=True)
         model = _create_model_row(
-            owner, name or uploaded.name or "model.onnx", sha256, size, header
+            owner, name or uploaded.name or "model.onnx", stored, sha256, size, header
         )
         return model, True
     finally:
@@ -187,26 +191,26 @@ def store_model_upload(uploaded: UploadedFile, *, owner, name: str = "") -> tupl
 
 def store_model_file(path: Path, *, owner, name: str, is_sample: bool = False) -> OnnxModel:
     """Register a model file from disk (sample models); same validation as an upload."""
-    data = path.read_bytes()
-    sha256 = hashlib.sha256(data).hexdigest()
+    with path.open("rb") as f:
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()
     existing = OnnxModel.objects.filter(owner=owner, sha256=sha256).first()
     if existing:
         return existing
     header = read_header(str(path), **_limits()).to_dict()
-    blob = Path(settings.MEDIA_ROOT) / _blob_name(sha256)
-    if not blob.exists():
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-    return _create_model_row(owner, name, sha256, len(data), header, is_sample=is_sample)
+    stored = save_file(_blob_name(sha256), path)
+    size = path.stat().st_size
+    return _create_model_row(owner, name, stored, sha256, size, header, is_sample=is_sample)
 
 
-def _create_model_row(owner, name, sha256, size, info: dict, *, is_sample=False) -> OnnxModel:
+def _create_model_row(
+    owner, name, file: str, sha256, size, info: dict, *, is_sample=False
+) -> OnnxModel:
     try:
         with transaction.atomic():
             return OnnxModel.objects.create(
                 owner=owner,
                 name=name[:200],
-                file=_blob_name(sha256),
+                file=file,
                 sha256=sha256,
                 size_bytes=size,
                 ir_version=info["ir_version"],
@@ -229,9 +233,7 @@ def store_input_upload(
     if uploaded is None:
         raise UploadRejected("no file was sent: attach an .npz archive in the 'file' field")
     limits.hit("uploads", str(model.owner.pk))
-    root = Path(settings.MEDIA_ROOT)
-    (root / "tmp").mkdir(parents=True, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=root / "tmp", suffix=".npz")
+    fd, tmp_path = _scratch_file(".npz")
     try:
         with os.fdopen(fd, "wb") as tmp:
             sha256, size = _copy_hashing(uploaded, tmp)
@@ -242,14 +244,12 @@ def store_input_upload(
             tensors = describe_inputs_npz(tmp_path, specs)
         except EngineError as e:
             raise UploadRejected(e.message, code=e.code) from e
-        relative = f"inputs/{sha256[:2]}/{sha256}.npz"
-        (root / relative).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp_path, root / relative)
+        stored = save_file(f"inputs/{sha256[:2]}/{sha256}.npz", Path(tmp_path), move=True)
         return InputData.objects.create(
             owner=model.owner,
             model=model,
             name=(name or uploaded.name or "inputs.npz")[:200],
-            file=relative,
+            file=stored,
             sha256=sha256,
             size_bytes=size,
             tensors=tensors,

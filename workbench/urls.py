@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from workbench import views
-from workbench.auth_views import LimitedLoginView, signup
+from workbench import account, graph_views, views
+from workbench.auth_views import LimitedLoginView, LimitedPasswordResetView, signup
 
 urlpatterns = [
     path("", views.dashboard, name="home"),
@@ -20,9 +20,33 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path("accounts/password/reset/", LimitedPasswordResetView.as_view(), name="password_reset"),
+    path(
+        "accounts/password/reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "accounts/password/reset/done/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
+    path(
+        "accounts/password/reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
     path("accounts/token/", views.api_token, name="token"),
+    path("accounts/", account.account, name="account"),
+    path("accounts/sign-out-everywhere/", account.sign_out_everywhere, name="sign-out-everywhere"),
     path("models/", views.model_list, name="model-list"),
     path("models/<int:pk>/", views.model_detail, name="model-detail"),
+    path("models/<int:pk>/graph/", graph_views.model_graph_page, name="model-graph"),
+    path(
+        "models/<int:pk>/graph/<slug:key>.json",
+        graph_views.model_graph_data,
+        name="model-graph-data",
+    ),
     path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),
     path("models/<int:pk>/baseline/", views.model_baseline, name="model-baseline"),
     path("models/<int:pk>/runs/", views.run_create, name="run-create"),
@@ -44,6 +68,7 @@ urlpatterns = [
     path("targets/<int:pk>/", views.target_detail, name="target-detail"),
     path("targets/<int:pk>/edit/", views.target_edit, name="target-edit"),
     path("targets/<int:pk>/delete/", views.target_delete, name="target-delete"),
+    path("workers/", views.worker_list, name="worker-list"),
     path("api/v1/", include("workbench.api.urls")),
     path("admin/", admin.site.urls),
 ]

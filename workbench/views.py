@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,7 +20,7 @@ from engine.report.headlines import headline_figures
 from frontend.comparison import comparison_context
 from frontend.dashboard import verdicts, what_to_do
 from frontend.figures.compare import history_lines
-from frontend.figures.graph import graph_payload
+from frontend.figures.graph import combine_overlays
 from frontend.presenters import present
 from frontend.units import format_figure
 from workbench import pipeline, tokens
@@ -32,9 +33,11 @@ from workbench.compare import (
     parse_run_ids,
     pin_baseline,
 )
+from workbench.devices import tracker_devices
 from workbench.downloads import artifact_response
 from workbench.exports import standalone_html
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
+from workbench.graph_views import graph_context
 from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import light_stages, run_snapshot
 from workbench.targets import (
@@ -51,6 +54,8 @@ from workbench.uploads import (
     store_input_upload,
     store_model_upload,
 )
+from workbench.workers import serving_counts
+from workbench.workers import worker_list as listed_workers
 
 
 @login_required
@@ -106,7 +111,8 @@ def _model_page(request, model: OnnxModel, form: StartRunForm, status: int = 200
             "form": form,
             "inputs_form": UploadInputsForm(),
             "input_sets": model.input_sets.all(),
-            "graph": graph_payload(model.analysis) if model.analysis else None,
+            # The graph tab fetches the layout: the page itself stays light on big models.
+            **graph_context(model),
             "history": history_lines(model_history(model)),
         },
         status=status,
@@ -127,12 +133,12 @@ def model_baseline(request, pk: int):
     except (ValueError, CompareRejected) as e:
         message = e.message if isinstance(e, CompareRejected) else f"'{raw[:20]}' is not a run id"
         messages.error(request, f"Baseline not changed: {message}")
-        return redirect("model-detail", pk=model.pk)
+        return HttpResponseRedirect(reverse("model-detail", args=[model.pk]) + "#tab-runs")
     if run_id is None:
         messages.success(request, "No baseline pinned.")
     else:
         messages.success(request, f"Run {run_id} is this model's baseline.")
-    return redirect("model-detail", pk=model.pk)
+    return HttpResponseRedirect(reverse("model-detail", args=[model.pk]) + "#tab-runs")
 
 
 @login_required
@@ -199,10 +205,11 @@ def run_detail(request, pk: int):
     stages = list(run.stages.all())
     results = {s.stage: s.result for s in stages if s.status == "succeeded" and s.result}
     presentations = [p for p in (present(st, r, results) for st, r in results.items()) if p]
-    # One graph view per page (its element ids are fixed): the latest stage's wins.
-    for shown in presentations[:-1]:
-        if any(later.get("graph") for later in presentations[presentations.index(shown) + 1 :]):
-            shown.pop("graph", None)
+    # One graph view per page (its element ids are fixed): the latest stage's, with every
+    # other stage's colours added to it.
+    with_graph = [shown for shown in presentations if shown.get("graph")]
+    if len(with_graph) > 1:
+        with_graph[-1]["graph"] = combine_overlays([shown.pop("graph") for shown in with_graph])
     figures = [f.to_dict() for f in headline_figures(results)]  # results are at hand
     context = {
         "run": run,
@@ -275,8 +282,12 @@ def run_retry(request, pk: int):
 
 @login_required
 def target_list(request):
-    targets = latest_versions(visible_targets(request.user))
-    return render(request, "workbench/target_list.html", {"targets": targets})
+    targets = list(latest_versions(visible_targets(request.user)))
+    serving = serving_counts(targets)
+    for target in targets:
+        target.live_workers = serving[target.pk]
+    context = {"targets": targets, "trackers": tracker_devices(targets)}
+    return render(request, "workbench/target_list.html", context)
 
 
 @login_required
@@ -291,6 +302,7 @@ def target_detail(request, pk: int):
             "history": history,
             "profile_json": json.dumps(target.profile, indent=2),
             "editable": target.owner_id == request.user.pk,
+            "trackers": tracker_devices([target]),
         },
     )
 
@@ -382,9 +394,11 @@ DASHBOARD_RUNS = 20
 
 def _dashboard_row(run: Run) -> dict:
     figures = {f["key"]: f for f in figures_of(run)}
+    stages = run.stages.all()
     current = next(
-        (f"{s.stage}: {s.message or s.status}" for s in run.stages.all() if s.status == "running"),
-        "",
+        (f"{s.stage}: {s.message or s.status}" for s in stages if s.status == "running"),
+        # nothing running: a stage whose target no live worker serves says so
+        next((f"{s.stage}: {s.message}" for s in stages if _waits(s)), ""),
     )
     return {
         "run": run,
@@ -392,6 +406,19 @@ def _dashboard_row(run: Run) -> dict:
         "to_do": what_to_do(run.error_code),
         "current": current,
     }
+
+
+def _waits(stage) -> bool:
+    return stage.status == "queued" and stage.message.startswith("waiting")
+
+
+@login_required
+def worker_list(request):
+    """``/workers/``: every worker, its targets, load and current stage (staff only)."""
+    if not request.user.is_staff:
+        raise PermissionDenied("the worker list is for staff accounts")
+    context = {"workers": listed_workers(), "stale_s": settings.RUN_STALE_SECONDS}
+    return render(request, "workbench/worker_list.html", context)
 
 
 @login_required

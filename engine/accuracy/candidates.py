@@ -8,7 +8,8 @@ localisation; a compiled build that fuses everything may expose none.
 
 Candidates are made by name through a registry. Built in: ``ort`` (onnxruntime on the
 original model: checks the comparison itself), ``fp16`` (a real fp16 conversion run by
-onnxruntime), ``simplified`` (the analyze stage's simplified model), ``reference``
+onnxruntime), ``fp16-scaled`` (fp16 with GDPNPU power-of-two scaling, from
+``fp16_variants``), ``simplified`` (the analyze stage's simplified model), ``reference``
 (``onnx.reference``), and any ``.onnx`` path; :class:`OrtCandidate` wraps any other
 ``ModelProto``. The compile and partition stages plug in with :func:`register_candidate`,
 or lazily by providing the factory named in ``PLUGINS``.
@@ -64,6 +65,7 @@ _REGISTRY: dict[str, CandidateFactory] = {}
 PLUGINS = {
     "tvm": "engine.fusion.candidate:tvm_candidate",
     "partitioned": "engine.partition.candidate:partitioned_candidate",
+    "fp16-scaled": "engine.accuracy.fp16_variants:fp16_scaled_candidate",
 }
 """Candidates whose factory lives in another stage's package, imported on first use."""
 

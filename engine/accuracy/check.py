@@ -116,6 +116,8 @@ class AccuracyReport:
     second_opinion: dict | None = None
     warnings: list[str] = field(default_factory=list)
     timing_s: dict[str, float] = field(default_factory=dict)
+    fp16_variants: dict | None = None
+    """Candidate ``fp16-scaled``: the three fp16 builds compared (``fp16_variants``)."""
 
     @property
     def first_divergent_node(self) -> str | None:
@@ -138,6 +140,7 @@ class AccuracyReport:
             "second_opinion": self.second_opinion,
             "warnings": self.warnings,
             "timing_s": {k: round(v, 4) for k, v in self.timing_s.items()},
+            **({"fp16_variants": self.fp16_variants} if self.fp16_variants else {}),
         }
 
 

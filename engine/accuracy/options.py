@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from engine.options import StageOptions, option
 
-CANDIDATES = ("fp16", "simplified", "partitioned", "tvm", "ort", "other")
+CANDIDATES = ("fp16", "fp16-scaled", "simplified", "partitioned", "tvm", "ort", "other")
 DISTRIBUTIONS = ("normal", "uniform")
 THRESHOLDS = ("max_abs", "mean_rel", "max_rel", "cosine", "snr_db", "top1", "top5", "rel_floor")
 """The limits of ``engine.accuracy.metrics.Thresholds`` (a test checks the two agree)."""
@@ -18,7 +18,8 @@ class AccuracyOptions(StageOptions):
 
     candidate: str = option(
         "fp16",
-        "what to compare with onnxruntime fp32: an fp16 conversion, the prepared "
+        "what to compare with onnxruntime fp32: an fp16 conversion, fp16 with "
+        "power-of-two precision scaling (also compared with plain fp16), the prepared "
         "(simplified) model, the partitioned execution (needs the Partition stage), the "
         "TVM build, onnxruntime itself, or another model",
         choices=CANDIDATES,

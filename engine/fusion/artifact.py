@@ -49,6 +49,7 @@ def write_manifest(
             entries.append(
                 {
                     "backend": "tvm",
+                    "index": seg.index,
                     "device": spec.kind if spec.kind == "cuda" else "cpu",
                     "library": b.library,
                     "params": b.params_file,
@@ -64,6 +65,7 @@ def write_manifest(
             entries.append(
                 {
                     "backend": "onnxruntime",
+                    "index": seg.index,
                     "model": name,
                     "inputs": seg.inputs,
                     "outputs": seg.outputs,

@@ -31,6 +31,7 @@ class BuiltSegment:
     param_names: list[str]
     schedules: dict[str, str]  # kernel function -> "tuned" | "tiled" | "parallel" | "none"
     kernel_names: set[str]
+    kernels_library: str | None = None  # the kernels alone (TargetSpec.kernels_library)
 
 
 def fuse_segment(imported: ImportedModule, target, node_order: list[str]) -> FusedSegment:
@@ -150,7 +151,10 @@ def build_segment(
     )
     executable = tvm.compile(mod, target, relax_pipeline=lowering)
     library = directory / f"{stem}.so"
-    executable.export_library(str(library))
+    executable.export_library(str(library), **spec.export_options())
+    kernels_library = None
+    if spec.kernels_library:
+        kernels_library = export_kernels(executable, mod, spec, directory / f"{stem}.kernels.so")
     params_file = None
     if write_params:
         params_file = directory / f"{stem}.params.npz"
@@ -164,7 +168,37 @@ def build_segment(
         list(segment.imported.params),
         schedules,
         kernel_names,
+        kernels_library,
     )
+
+
+def export_kernels(executable, mod, spec, library: Path) -> str:
+    """Write the kernels' own library (the VM executable's imported code module) and
+    ``<library>.json``: each kernel's arguments ``[[shape, dtype], ...]``, or ``null`` for
+    a kernel with symbolic shapes or scalar arguments (it cannot be timed alone)."""
+    import json
+
+    import tvm
+
+    code = [m for m in executable.mod.imports if m.kind in ("llvm", "library", "c")]
+    if not code:
+        raise RuntimeError(f"no code module among {[m.kind for m in executable.mod.imports]}")
+    code[0].export_library(str(library), **spec.export_options())
+    arguments: dict[str, list | None] = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        specs = []
+        for param in func.params:
+            ty = param.ty  # a buffer's type has its shape; a scalar argument's has none
+            dims = [getattr(d, "value", d) for d in getattr(ty, "shape", None) or [None]]
+            if not all(isinstance(d, int) for d in dims):
+                specs = None
+                break
+            specs.append([dims, str(ty.dtype)])
+        arguments[gv.name_hint] = specs
+    library.with_suffix(".json").write_text(json.dumps(arguments))
+    return library.name
 
 
 def _apply_tuned(mod, tuned: dict):

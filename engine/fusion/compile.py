@@ -38,7 +38,8 @@ from engine.fusion.preparation import (
 from engine.fusion.rule_trials import plan_rules
 from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
 from engine.fusion.standalone import example_inputs
-from engine.fusion.target import resolve_target
+from engine.fusion.substitution import MeasuredBench, substitute
+from engine.fusion.target import TargetSpec, resolve_target
 from engine.fusion.timing import set_threads
 from engine.fusion.tuning import TuningBudget, tune_segments
 from engine.fusion.tuning_store import RecordStore, open_store
@@ -60,6 +61,9 @@ class CompileConfig:
     accuracy check wants that: it runs the build on its own inputs, which may be ones
     random values would not be valid for (indices, say). A segment whose build does not
     finish in ``build_timeout_s`` (TVM's compiler can hang) falls back to onnxruntime.
+    ``substitute`` applies the GDPNPU operator substitutions that measured faster on
+    ``substitution_bench`` (a ``MeasuredBench`` or ``PredictedBench``; None: onnxruntime on
+    this CPU with ``threads``), see ``engine.fusion.substitution``.
     ``choose_backends`` (with ``measure``) moves every TVM segment onnxruntime runs faster
     to onnxruntime and ships onnxruntime alone when the mix is not faster (see
     ``backend_choice``); without it, every segment TVM builds stays on TVM.
@@ -67,17 +71,21 @@ class CompileConfig:
 
     out_dir: str
     target: str = "host"
+    target_spec: TargetSpec | None = None  # overrides ``target`` (a remote device's)
     threads: int = 0
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     rules: tuple[str, ...] = tuple(rules.RULES)
     tune_trials: int = 0
     tune_minutes: float = 0.0
     tuning_store: str | os.PathLike | RecordStore | None = None
+    tuning_builder: object = None  # a MetaSchedule Builder; None: a LocalBuilder here
     measure: bool = True
     build_timeout_s: float = 600.0
     timing_window_s: float = 2.0
     timing_rounds: int = 3
     choose_backends: bool = True
+    substitute: bool = False
+    substitution_bench: object = None
     kernel_timing_runs: int = 3
     rtol: float = 1e-3
     atol: float = 1e-4
@@ -106,6 +114,7 @@ class CompileResult:
     simplify: dict
     timings_s: dict[str, float]
     threads: int
+    substitution: dict = field(default_factory=lambda: {"enabled": False})
 
     def to_dict(self) -> dict:
         ratio = None
@@ -135,6 +144,7 @@ class CompileResult:
             "tuning": dict(self.tuning),
             "simplify": dict(self.simplify),
             "timings_s": dict(self.timings_s),
+            "substitution": dict(self.substitution),
         }
 
 
@@ -152,7 +162,7 @@ def compile_model(
 
     report = progress or (lambda fraction, message: None)
     clock = _Clock()
-    spec = resolve_target(config.target, config.threads)
+    spec = config.target_spec or resolve_target(config.target, config.threads)
     set_threads(spec.threads)
     report(0.0, f"target {spec.target}")
     original = load_model(source)
@@ -167,13 +177,19 @@ def compile_model(
     model = onnx.shape_inference.infer_shapes(model)
     clock.lap("simplify")
     report(0.05, f"simplified: {simplify_report['nodes_before']} -> {len(model.graph.node)} nodes")
+    origin = simplified_origin(original, model)
+    substitution = {"enabled": False}
+    if config.substitute:
+        bench = config.substitution_bench or MeasuredBench(spec.threads)
+        model, found = substitute(model, bench, config.seed, lambda f, m: report(0.05, m))
+        substitution = found.to_dict()
+        origin.update({new: origin.get(old, [old]) for new, old in found.origin.items()})
+        clock.lap("substitution")
 
     fallback = find_fallback(model, report)
     clock.lap("import")
     report(0.15, f"{len(fallback)} nodes fall back to onnxruntime")
-    model, fusion, origin = plan_rules(
-        model, fallback, spec, config.rules, simplified_origin(original, model), report
-    )
+    model, fusion, origin = plan_rules(model, fallback, spec, config.rules, origin, report)
     clock.lap("fusion_plan")
 
     node_order = [n.name for n in model.graph.node]
@@ -324,6 +340,7 @@ def compile_model(
         simplify=simplify_report,
         timings_s=clock.laps,
         threads=spec.threads,
+        substitution=substitution,
     )
 
 
@@ -351,7 +368,13 @@ def _tune(fused, spec, config: CompileConfig, report):
         report(0.3 + 0.4 * fraction, message)
 
     summary, tuned = tune_segments(
-        list(fused.values()), spec, store, budget, tuning_progress, config.build_timeout_s
+        list(fused.values()),
+        spec,
+        store,
+        budget,
+        tuning_progress,
+        config.build_timeout_s,
+        builder=config.tuning_builder,
     )
     return summary, tuned, store
 

@@ -30,6 +30,19 @@ class CompileOptions(StageOptions):
         "onnxruntime alone when the mix is not faster (never slower than onnxruntime)",
         label="Backend per segment, by measurement",
     )
+    substitute: bool = option(
+        False,
+        "GDPNPU operator substitution: split long reduces and small-channel depthwise convs "
+        "into s parts where a microbenchmark on the target measures them faster (adds "
+        "seconds of timing per candidate op)",
+        label="Operator substitution, by measurement",
+    )
+    substitute_unit: str = option(
+        "",
+        "unit of a modeled target whose cost model prices the substitutions (empty: its "
+        "first non-CPU unit with an fp32 peak)",
+        public=False,
+    )
     tune_trials: int = option(
         0, "MetaSchedule trial budget (0: set by the minutes)", min=0, max=100_000, public=False
     )

@@ -8,9 +8,16 @@ import tempfile
 from engine.contract import NO_INPUTS, StageInputs, StageReport
 from engine.errors import ProgressFn
 from engine.fusion.compile import CompileConfig, compile_model
+from engine.fusion.on_device import compile_on_device
 from engine.fusion.options import CompileOptions
+from engine.fusion.substitution import PredictedBench
 from engine.graph.prepared import PreparedModel
 from engine.targets.schema import TargetProfile
+
+REMOTE_SUBSTITUTION = (
+    "not run: microbenchmarks of single ops on a remote device are not built yet, and this "
+    "worker's CPU would time them for the wrong hardware"
+)
 
 
 class CompileReport(StageReport):
@@ -29,7 +36,8 @@ def run(
     inputs: StageInputs = NO_INPUTS,
 ) -> CompileReport:
     """Compile ``prepared`` for this machine's CPU (the compile stage runs on the worker of
-    the run's target); the artifact goes to ``inputs.workdir``."""
+    the run's target), or for a remote target's device and measured there; the artifact
+    goes to ``inputs.workdir``."""
     with tempfile.TemporaryDirectory(prefix="workbench-compile-") as scratch:
         config = CompileConfig(
             out_dir=inputs.workdir or scratch,
@@ -39,10 +47,26 @@ def run(
             tune_trials=options.tune_trials,
             tune_minutes=options.tune_minutes,
             choose_backends=options.choose_backends,
+            substitute=options.substitute and (target is None or target.remote is None),
+            substitution_bench=_substitution_bench(target, options),
             tuning_store=inputs.tuning_store,
+            tuning_builder=inputs.tuning_builder,
         )
-        result = compile_model(prepared.model, config, progress=progress).to_dict()
+        if target is not None and target.remote is not None:
+            result = compile_on_device(prepared.model, target.remote, config, progress)
+            if options.substitute:
+                result["substitution"] = {"enabled": False, "note": REMOTE_SUBSTITUTION}
+        else:
+            result = compile_model(prepared.model, config, progress=progress).to_dict()
     artifacts = {"compiled_library": result["artifact"]} if inputs.workdir else {}
     if not inputs.workdir:
         result["artifact"] = None
     return CompileReport(result, artifacts)
+
+
+def _substitution_bench(target: TargetProfile | None, options: CompileOptions):
+    """A modeled target prices the substitutions with its cost model; any other one times
+    them in onnxruntime where the model runs (None: this CPU)."""
+    if options.substitute and target is not None and target.kind == "modeled":
+        return PredictedBench(target, options.substitute_unit or None)
+    return None

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.targets.host import describe_host
+from engine.targets.profile import Remote
 
 # Newest first: the first CPU whose required flags are all present wins.
 _X86_BY_FLAGS = (
@@ -38,6 +39,15 @@ class TargetSpec:
     threads: int
     detected_from: str
     host: dict[str, Any] = field(default_factory=dict)
+    cc: str | None = None
+    """The compiler that links libraries for the target (a cross compiler for a remote
+    device of another architecture); None: this machine's."""
+    remote: Remote | None = None
+    """The device this target's code runs on, reached over TVM RPC (None: this machine)."""
+    kernels_library: bool = False
+    """Also export each segment's kernels as a plain library with their argument shapes,
+    so each can be timed on its own where the VM's instrument hook cannot reach (a
+    device over RPC)."""
 
     def tvm_target(self):
         """The ``tvm.target.Target`` (imports tvm)."""
@@ -61,7 +71,16 @@ class TargetSpec:
             "host": dict(self.host),
             "threads": self.threads,
             "detected_from": self.detected_from,
+            "cc": self.cc,
         }
+
+    def export_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``export_library`` for this target."""
+        if not self.cc:
+            return {}
+        from tvm.contrib import cc
+
+        return {"fcompile": cc.cross_compiler(self.cc)}
 
 
 def usable_cores() -> int:

@@ -51,6 +51,7 @@ _TRIALS_PER_MINUTE = 30
 # (small models stop early instead of measuring one kernel for the whole budget).
 _MAX_TRIALS_PER_TASK = 512
 _BUILD_TIMEOUT_S = 60.0  # per candidate; twice MetaSchedule's default, for a loaded machine
+BUILD_TIMEOUT_S = _BUILD_TIMEOUT_S
 _TRIALS_PER_TASK = 32  # at least 4 search rounds per tuned task, or it rarely beats ours
 # MetaSchedule's defaults (population 512, 4 genetic rounds) cost ~15 s of search per
 # trial on one shared core; a small population leaves the budget for measuring.
@@ -88,9 +89,12 @@ def tune_segments(
     budget: TuningBudget,
     progress: ProgressFn,
     build_timeout_s: float,
+    builder=None,
 ):
     """Returns (summary, {workload key: tuned PrimFunc}) for :func:`build.build_segment`.
-    A segment whose default build does not finish in ``build_timeout_s`` is not tuned."""
+    A segment whose default build does not finish in ``build_timeout_s`` is not tuned.
+    ``builder`` builds the candidates (a MetaSchedule Builder, e.g. one that spreads them
+    over other workers); None: a LocalBuilder on this machine."""
     import tvm
 
     from engine.fusion.lowering import fuse_tir
@@ -130,10 +134,20 @@ def tune_segments(
     pending = [w for w in workloads.values() if w.budget_trials < affordable]
     todo = _select(pending, max(1, affordable // _TRIALS_PER_TASK))
     started = time.perf_counter()
-    trials = _run(todo, workloads, spec, target, budget, progress)
+    devices: dict[str, int] = {}
+    trials = _run(todo, workloads, spec, target, budget, progress, devices, builder)
     summary.update(
         trials=trials, tasks_tuned=len(todo), seconds=round(time.perf_counter() - started, 1)
     )
+    built_by = getattr(getattr(builder, "_inst", builder), "builds_by_worker", None)
+    if built_by:  # candidates built on other workers too (jobs.builds)
+        summary["builds_by_worker"] = dict(built_by)
+    if spec.remote is not None:
+        summary["measured_on"] = {
+            "key": spec.remote.key,
+            "tracker": spec.remote.tracker,
+            "measurements_by_device": devices,
+        }
     tuned = {w.key for w in todo}
     for w in pending:
         # A kernel left out (too light for this budget) is settled at this budget as well;
@@ -229,6 +243,9 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
                 built = forked.call_forked(build, args, timeout_s=timeout_s)
         except (forked.ChildTimeout, forked.ChildFailed):
             return
+        if spec.remote is not None:
+            _time_defaults_on_device(seg, mod, spec, workloads, Path(tmp) / built.kernels_library)
+            return
         # A fresh temporary path each time: the loader never confuses two builds.
         vm = VirtualMachine(tvm.runtime.load_module(str(Path(tmp) / built.library)), spec.device())
     main = mod["main"]
@@ -248,6 +265,25 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
                 w.calls += count
                 per_call = total / count
                 w.default_us = per_call if w.default_us is None else min(w.default_us, per_call)
+
+
+def _time_defaults_on_device(seg, mod, spec, workloads, library: Path) -> None:
+    """The default schedules' kernels, each timed alone on the remote device (the VM's
+    instrument hook does not cross RPC); a kernel counts once per call site."""
+    from engine.remote.device import open_device
+    from engine.remote.measure import time_kernel_library
+
+    with open_device(spec.remote) as opened:
+        times = time_kernel_library(opened, library, repeats=3)
+    calls: dict[str, int] = {}
+    for call in [*seg.calls, *seg.views]:
+        calls[call.func] = calls.get(call.func, 0) + 1
+    for w in workloads.values():
+        for gv, func in mod.functions.items():
+            us = times.get(gv.name_hint)
+            if us is not None and workload_key(workload_module(func)) == w.key:
+                w.calls += calls.get(gv.name_hint, 1)
+                w.default_us = us if w.default_us is None else min(w.default_us, us)
 
 
 def _random(param, rng) -> np.ndarray:
@@ -273,7 +309,11 @@ def _select(pending, max_tasks: int) -> list[_Workload]:
     return chosen
 
 
-def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
+def _run(
+    todo, workloads, spec, target, budget: TuningBudget, progress, devices: dict, builder=None
+) -> int:
+    """Tune ``todo``; returns the trials measured. ``devices`` receives the measurements
+    per remote device (a remote target's)."""
     from tvm.s_tir import meta_schedule as ms
 
     if not todo:
@@ -301,13 +341,17 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
     for w in todo:
         if w.record is not None:  # tuned before under a smaller budget: search from there
             database.commit_tuning_record(_parse_record(w.record, w.mod, database))
-    builder = ms.builder.LocalBuilder(
-        max_workers=min(2, spec.threads), timeout_sec=_BUILD_TIMEOUT_S, f_build=_build_candidate
-    )
-    runner = ms.runner.LocalRunner(
-        evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20)
-    )
+    if builder is None:
+        builder = local_builder(spec.threads)
+    evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20)
     with tempfile.TemporaryDirectory(prefix="wb-tune-") as work_dir:
+        if spec.remote is not None:  # measured on every device under the key
+            from engine.remote.tuning import rpc_runner
+
+            device_log = Path(work_dir) / "devices.log"
+            runner = rpc_runner(spec.remote, device_log, evaluator)
+        else:
+            runner = ms.runner.LocalRunner(evaluator_config=evaluator)
         try:
             ms.tune_tasks(
                 tasks=contexts,
@@ -326,6 +370,10 @@ def _run(todo, workloads, spec, target, budget: TuningBudget, progress) -> int:
                 raise monitor.cancelled from None
             if not monitor.out_of_time:
                 raise
+        if spec.remote is not None:
+            from engine.remote.tuning import devices_used
+
+            devices.update(devices_used(device_log))
     for k, w in enumerate(todo):
         w.trials = monitor.trials_by_task.get(k, 0)
         record = _best(database, w.mod, target)
@@ -344,7 +392,16 @@ def _best(database, mod, target):
         return None
 
 
-def _build_candidate(mod, target, _params):
+def local_builder(threads: int):
+    """MetaSchedule's LocalBuilder with our build function, on this machine's processes."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(
+        max_workers=min(2, threads), timeout_sec=_BUILD_TIMEOUT_S, f_build=build_candidate
+    )
+
+
+def build_candidate(mod, target, _params=None):
     """MetaSchedule's ``default_build`` without its ``import tvm.s_tir.tensor_intrin``:
     the builder starts fresh processes for every batch of candidates, and that import
     costs each of them 20 s (a built candidate no longer refers to the intrinsics)."""

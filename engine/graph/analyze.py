@@ -70,6 +70,11 @@ class NodeAnalysis:
     cost: OpCost | None
     user_names: tuple[str, ...] | None = None
     """The user's node(s) this prepared node stands for (``None``: not prepared)."""
+    output_bytes: list[int | None] | None = None
+    """Bytes of each output tensor (``None`` where its shape or dtype is unknown)."""
+    attributes: dict | None = None
+    """The node's scalar and short-list attributes (kernel_shape, strides, axis...), for
+    views; tensors and subgraphs are left out."""
 
     def to_dict(self) -> dict:
         cost = self.cost or _NO_COST
@@ -91,6 +96,8 @@ class NodeAnalysis:
         }
         if self.user_names is not None and self.user_names != (self.name,):
             result["user_names"] = list(self.user_names)
+        result["output_bytes"] = self.output_bytes or [None] * len(self.outputs)
+        result["attributes"] = self.attributes or {}
         return result
 
 
@@ -298,13 +305,37 @@ def _cost_nodes(
 def _node_analysis(
     node: Node, graph: Graph, cost: OpCost | None, user_names: tuple[str, ...] | None
 ) -> NodeAnalysis:
-    shapes = []
+    shapes, sizes = [], []
     for name in node.outputs:
-        shape = graph.tensors[name].shape if name else None
-        shapes.append(None if shape is None else list(shape))
+        tensor = graph.tensors[name] if name else None
+        shapes.append(None if tensor is None or tensor.shape is None else list(tensor.shape))
+        sizes.append(None if tensor is None else tensor.bytes)
     return NodeAnalysis(
-        node.name, node.op_type, node.inputs, node.outputs, shapes, cost, user_names
+        node.name,
+        node.op_type,
+        node.inputs,
+        node.outputs,
+        shapes,
+        cost,
+        user_names,
+        output_bytes=sizes,
+        attributes=_plain_attributes(node.attributes),
     )
+
+
+def _plain_attributes(attributes: dict) -> dict:
+    """Attributes a view can print: numbers, short strings, short lists of numbers."""
+    plain = {}
+    for name, value in attributes.items():
+        if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 32):
+            plain[name] = value
+        elif (
+            isinstance(value, list | tuple)
+            and len(value) <= 8
+            and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+        ):
+            plain[name] = list(value)
+    return plain
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -9,6 +9,7 @@ from engine.partition import (  # noqa: F401 - importing registers the algorithm
     baselines,
     blocks,
     chain_dp,
+    graphturbo,
     heft,
     hope_heuristic,
     hope_ilp,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.errors import ProgressFn
 from engine.partition.baselines import single_unit_makespans
+from engine.partition.energy import MODEL as ENERGY_MODEL
+from engine.partition.energy import energy_unknown_reason
+from engine.partition.objective import objective_for
 from engine.partition.problem import PartitionError, PartitionProblem
 from engine.partition.ranks import lower_bound_us
 from engine.partition.registry import (
@@ -17,7 +21,7 @@ from engine.partition.registry import (
     get_algorithm,
     prices_own_cuts,
 )
-from engine.partition.simulator import InvalidPlan, Schedule, checked_schedule
+from engine.partition.simulator import InvalidPlan, Schedule, checked_schedule, simulate
 
 
 @dataclass
@@ -77,6 +81,7 @@ class PartitionResult:
                 "valid": False,
                 "errors": self.errors[:20],
                 "makespan_ms": None,
+                "energy_mj": None,
                 "best_single_unit_ms": _round(self.best_single_unit_ms),
                 "best_single_unit": self.best_single_unit,
                 "single_unit_ms": {u: _round(v) for u, v in self.single_unit_ms.items()},
@@ -102,6 +107,8 @@ class PartitionResult:
             "solve_s": round(self.solve_s, 4),
             "valid": self.valid,
             "errors": self.errors[:20],
+            "energy_mj": _round(s.energy_mj),
+            "energy": s.energy.to_dict(),
             "gap": None if self.gap is None else round(self.gap, 4),
             "bound_ms": _round(None if self.plan.bound_us is None else self.plan.bound_us / 1e3),
             "status": self.plan.status,
@@ -187,12 +194,15 @@ def compare_algorithms(
     """Run several algorithms on one problem and report them side by side.
 
     The report holds each algorithm's result JSON, its speedup over the best single unit and
-    its gap to the best lower bound found (the exact solver's, or a simple bound), the best
-    plan, and a verdict that says plainly when partitioning gains little. Only validated
+    its gap to the best lower bound found (the exact solver's, or a simple bound), its
+    predicted energy (``energy_mj``, ``None`` with ``energy_unknown`` saying why), the best
+    plan for ``options.objective`` (latency-first: the shortest, ties to the least energy),
+    and a verdict that says plainly when partitioning gains little. Only validated
     plans are compared: an algorithm without one is in ``failed`` with the reason, and in
     ``invalid`` too when its plan failed validation (a bug).
     """
     options = options or PartitionOptions()
+    objective = objective_for(problem, options) if not problem.unpriced else None
     if names is None:
         names = [n for n in DEFAULT_COMPARISON if n != "mobile-cloud" or problem.network]
     results: dict[str, dict] = {}
@@ -221,6 +231,7 @@ def compare_algorithms(
     for name, r in results.items():
         summary[name] = {
             "makespan_ms": r["makespan_ms"],
+            "energy_mj": r["energy_mj"],
             "speedup": r["speedup"],
             "solve_s": r["solve_s"],
             "valid": r["valid"],
@@ -229,7 +240,23 @@ def compare_algorithms(
             else None,
             "gap_to_exact": round(r["makespan_ms"] / exact - 1, 4) if exact else None,
         }
-    best = min(results, key=lambda n: results[n]["makespan_ms"]) if results else None
+    if objective is None or objective.latency_first:
+        # Equal makespans go to the plan that draws less energy (unknown last).
+        best = min(
+            results,
+            key=lambda n: (results[n]["makespan_ms"], _or_inf(results[n]["energy_mj"])),
+            default=None,
+        )
+    else:
+        best = min(
+            results,
+            key=lambda n: objective.key(results[n]["makespan_ms"] * 1e3, results[n]["energy_mj"]),
+            default=None,
+        )
+    single_energy = {
+        u: simulate(problem, (problem.unit_index[u],) * problem.n, range(problem.n)).energy_mj
+        for u in singles
+    }
     report = {
         "units": list(problem.units),
         "ops": problem.n,
@@ -242,9 +269,18 @@ def compare_algorithms(
         "invalid": invalid,
         "best": best,
         "best_makespan_ms": results[best]["makespan_ms"] if best else None,
+        "best_energy_mj": results[best]["energy_mj"] if best else None,
+        "single_unit_energy_mj": {u: _round(e) for u, e in single_energy.items()},
+        "energy_unknown": energy_unknown_reason(problem),
+        "energy_model": ENERGY_MODEL,
+        "objective": options.objective,
+        "objective_detail": objective.to_dict() if objective is not None else None,
         "results": results,
     }
-    report.update(_verdict(report, options.little_gain_pct))
+    if objective is not None and objective.kind != "latency":
+        report.update(_energy_verdict(report, objective, options.little_gain_pct))
+    else:
+        report.update(_verdict(report, options.little_gain_pct))
     if progress is not None:
         progress(1.0, "comparison done")
     return report
@@ -276,10 +312,37 @@ def _verdict(report: dict, little_gain_pct: float) -> dict:
     return {"gain_pct": round(gain, 2), "little_to_gain": gain < little_gain_pct, "verdict": text}
 
 
+def _energy_verdict(report: dict, objective, little_gain_pct: float) -> dict:
+    """The chosen plan's energy against the least-energy single unit (``gain_pct``: the
+    energy saved, in percent)."""
+    best, energy = report["best"], report["best_energy_mj"]
+    known = {u: e for u, e in report["single_unit_energy_mj"].items() if e is not None}
+    if best is None or energy is None or not known:
+        verdict = _verdict(report, little_gain_pct)
+        return {**verdict, "verdict": f"{objective.describe()}: {verdict['verdict']}"}
+    unit = min(known, key=known.__getitem__)
+    gain = 100.0 * (1 - energy / known[unit]) if known[unit] else 0.0
+    text = (
+        f"{objective.describe()}: {best} uses {energy:.3f} mJ in "
+        f"{report['best_makespan_ms']:.3f} ms (predicted), "
+        + (
+            f"{gain:.1f}% less energy than {unit} alone ({known[unit]:.3f} mJ)"
+            if gain >= little_gain_pct
+            else f"little to gain: within {max(gain, 0.0):.1f}% of {unit} alone "
+            f"({known[unit]:.3f} mJ)"
+        )
+    )
+    return {"gain_pct": round(gain, 2), "little_to_gain": gain < little_gain_pct, "verdict": text}
+
+
 def _scaled(progress: ProgressFn | None, start: float, end: float) -> ProgressFn | None:
     if progress is None:
         return None
     return lambda fraction, message: progress(start + (end - start) * fraction, message)
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else value
 
 
 def _round(value: float | None) -> float | None:

@@ -5,8 +5,9 @@ The best of them is what every partitioned plan must beat to be worth its comple
 
 from __future__ import annotations
 
+from engine.partition.objective import objective_for
 from engine.partition.problem import PartitionError, PartitionProblem
-from engine.partition.registry import SINGLE_PREFIX, Plan, register, register_family
+from engine.partition.registry import SINGLE_PREFIX, NoPlan, Plan, register, register_family
 from engine.partition.simulator import simulate
 
 
@@ -38,11 +39,24 @@ def on_one_unit(unit: str):
 
 @register("single-unit")
 def best_single_unit(problem, options, progress) -> Plan:
-    """The fastest single unit."""
-    makespans = single_unit_makespans(problem)
-    if not makespans:
+    """The best single unit for the objective (the fastest, latency-first)."""
+    objective = objective_for(problem, options)
+    schedules = {
+        problem.units[u]: simulate(problem, (u,) * problem.n, range(problem.n))
+        for u in problem.full_units
+        if not problem.unpriced_moves((u,) * problem.n)
+    }
+    if not schedules:
         raise PartitionError("no unit can run every op", code="unplaceable")
-    best = min(makespans, key=lambda u: (makespans[u], problem.unit_index[u]))
+    best = min(
+        schedules, key=lambda u: (objective.schedule_key(schedules[u]), problem.unit_index[u])
+    )
+    if objective.over_cap_us(schedules[best].makespan_us):
+        raise NoPlan(
+            f"no single unit runs the model within the latency cap of "
+            f"{objective.cap_us / 1e3:g} ms",
+            details={"unit": best},
+        )
     return Plan(
         (problem.unit_index[best],) * problem.n, tuple(range(problem.n)), details={"unit": best}
     )

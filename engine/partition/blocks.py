@@ -17,12 +17,20 @@ What differs from the paper: Add and Sum also count as key ops (residual blocks 
 Add, which the paper leaves open), a key op inside a branch does not cut (the cut would not
 be clean), and the best single unit is also a starting candidate, so the result is never
 worse than it.
+
+Under an energy or weighted objective (:mod:`engine.partition.objective`) the same search
+judges each candidate by the simulator's makespan and energy through the objective's key;
+each block's least-energy unit is a further start, and after the critical path every other
+block may move too (energy is spent off the critical path as well). A plan over the latency
+cap ranks after every plan within it, and if the search ends over the cap there is no plan.
 """
 
 from __future__ import annotations
 
+from engine.partition.energy import op_energy_uj
+from engine.partition.objective import objective_for
 from engine.partition.problem import PartitionProblem
-from engine.partition.registry import PartitionOptions, Plan, register
+from engine.partition.registry import NoPlan, PartitionOptions, Plan, register
 from engine.partition.simulator import Schedule, checked_schedule, critical_path
 
 
@@ -96,13 +104,34 @@ def schedule_blocks(problem: PartitionProblem, options: PartitionOptions, progre
                 placement[i] = assign[b]
         return checked_schedule(problem, placement, order, "blocks")
 
+    objective = objective_for(problem, options)
+    latency = objective.latency_first
+
+    def better(a: Schedule, b: Schedule) -> bool:
+        if latency:
+            return a.makespan_us < b.makespan_us * (1 - 1e-9)
+        return objective.schedule_key(a) < tuple(x * (1 - 1e-9) for x in objective.schedule_key(b))
+
     fastest = [
         min(c, key=lambda u: (sum(problem.latency_us[i][u] for i in ops), u))
         for ops, c in zip(blocks, candidates, strict=True)
     ]
     starts = [fastest] + [[u] * len(blocks) for u in problem.full_units]
+    if objective.uses_energy:
+        energy = op_energy_uj(problem)
+        starts.append(
+            [
+                min(c, key=lambda u: (sum(energy[i][u] for i in ops), u))
+                for ops, c in zip(blocks, candidates, strict=True)
+            ]
+        )
     tried = [(run(a), a) for a in starts]
-    best, assign = min(tried, key=lambda pair: pair[0].makespan_us)
+    best, assign = tried[0]
+    for schedule, a in tried[1:]:
+        if (latency and schedule.makespan_us < best.makespan_us) or (
+            not latency and objective.schedule_key(schedule) < objective.schedule_key(best)
+        ):
+            best, assign = schedule, a
     assign = list(assign)
     evaluations, moves = len(tried), 0
     improved = True
@@ -114,7 +143,10 @@ def schedule_blocks(problem: PartitionProblem, options: PartitionOptions, progre
             weight[block_of[i]] = (
                 weight.get(block_of[i], 0.0) + best.finish_us[i] - best.start_us[i]
             )
-        for b in sorted(weight, key=lambda b: (-weight[b], b)):
+        order_b = sorted(weight, key=lambda b: (-weight[b], b))
+        if objective.uses_energy:
+            order_b += [b for b in range(len(blocks)) if b not in weight]
+        for b in order_b:
             for u in candidates[b]:
                 if u == assign[b] or evaluations >= options.refine_evaluations:
                     continue
@@ -122,12 +154,18 @@ def schedule_blocks(problem: PartitionProblem, options: PartitionOptions, progre
                 trial[b] = u
                 schedule = run(trial)
                 evaluations += 1
-                if schedule.makespan_us < best.makespan_us * (1 - 1e-9):
+                if better(schedule, best):
                     best, assign, improved = schedule, trial, True
                     moves += 1
                     break
             if improved:
                 break
+    if objective.over_cap_us(best.makespan_us):
+        raise NoPlan(
+            f"no plan within the latency cap of {objective.cap_us / 1e3:g} ms: the best "
+            f"blocks found takes {best.makespan_us / 1e3:.3f} ms",
+            details={"blocks": len(blocks), "evaluations": evaluations},
+        )
     return Plan(
         best.placement,
         order,

@@ -12,12 +12,21 @@ earliest, counting unit availability, transfers and the copy of graph outputs ho
 to the smaller sum of finish times, then to the first assignment found. With K = 1 this is
 greedy list scheduling: the earliest-ready op goes to the unit where it completes first.
 Units run ops back to back (no insertion into idle gaps), as in the thesis.
+
+Under an energy or weighted objective (:mod:`engine.partition.objective`) the window's
+assignment minimises :meth:`~engine.partition.objective.Objective.step_cost` of its
+completion and the energy of its ops (above idle, plus uploads of their inputs), ties to
+the earliest completion; the thesis's scheduler minimises the makespan only. A latency cap
+is met by shifting the weight towards latency
+(:func:`~engine.partition.objective.within_cap`).
 """
 
 from __future__ import annotations
 
 import math
 
+from engine.partition.energy import op_energy_uj, upload_w
+from engine.partition.objective import Objective, objective_for, within_cap
 from engine.partition.problem import PartitionProblem, Tensor
 from engine.partition.registry import PartitionOptions, Plan, register
 
@@ -30,9 +39,19 @@ def default_k(units: int) -> int:
 @register("hope-heuristic")
 def schedule_hope_heuristic(problem: PartitionProblem, options: PartitionOptions, progress) -> Plan:
     k = options.k or default_k(len(problem.units))
+    objective = objective_for(problem, options)
     groups = merge_super_ops(problem, options.merge_short_us)
     reduced = reduce_problem(problem, groups)
-    placement_g, order_g = k_window_schedule(reduced, k)
+    return within_cap(
+        problem,
+        objective,
+        lambda o: _expand(problem, groups, k, *k_window_schedule(reduced, k, o)),
+        "hope-heuristic",
+    )
+
+
+def _expand(problem, groups, k, placement_g, order_g) -> Plan:
+    """The plan of the original ops from the super-ops' units and order."""
     placement = [0] * problem.n
     order = []
     for g in order_g:
@@ -97,9 +116,14 @@ def reduce_problem(problem: PartitionProblem, groups: list[list[int]]) -> Partit
     )
 
 
-def k_window_schedule(problem: PartitionProblem, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def k_window_schedule(
+    problem: PartitionProblem, k: int, objective: Objective | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Place ops K at a time; return ``(placement, order)``."""
     n = problem.n
+    if objective is not None and not objective.uses_energy:
+        objective = None  # the makespan alone: the thesis's search
+    energy = None if objective is None else op_energy_uj(problem)
     waiting = [len(p) for p in problem.preds]
     ready_at = [0.0] * n
     finish = [0.0] * n
@@ -110,7 +134,7 @@ def k_window_schedule(problem: PartitionProblem, k: int) -> tuple[tuple[int, ...
     while queue:
         queue.sort(key=lambda i: (ready_at[i], i))
         window, queue = queue[:k], queue[k:]
-        choice = _best_assignment(problem, window, placement, finish, unit_free)
+        choice = _best_assignment(problem, window, placement, finish, unit_free, objective, energy)
         for i, (u, end) in zip(window, choice, strict=True):
             placement[i], finish[i] = u, end
             unit_free[u] = max(unit_free[u], end)
@@ -124,41 +148,56 @@ def k_window_schedule(problem: PartitionProblem, k: int) -> tuple[tuple[int, ...
     return tuple(placement), tuple(order)
 
 
-def _best_assignment(problem, window, placement, finish, unit_free) -> list[tuple[int, float]]:
-    """Search every unit assignment of ``window`` (in order) for the earliest completion;
-    return ``(unit, finish time)`` per op."""
+def _best_assignment(
+    problem, window, placement, finish, unit_free, objective=None, energy=None
+) -> list[tuple[int, float]]:
+    """Search every unit assignment of ``window`` (in order) for the earliest completion
+    (or, with an ``objective``, the least step cost); return ``(unit, finish time)`` per op.
+    """
     # Every predecessor is placed already, so when an op's inputs arrive on a unit does not
     # depend on the rest of the window.
-    arrive = {}
+    arrive, spent = {}, {}
     for i in window:
         for u in problem.supported[i]:
             at = problem.release_us[i][u]
+            joules = 0.0 if energy is None else energy[i][u]
             for k in problem.in_tensors[i]:
                 t = problem.tensors[k]
+                src = problem.home if t.src is None else placement[t.src]
+                if energy is not None and src != u:
+                    joules += upload_w(problem, src, u) * problem.transfer_us(t.bytes, src, u)
                 if t.src is not None:
                     moved = problem.transfer_us(t.bytes, placement[t.src], u)
                     at = max(at, finish[t.src] + (moved if placement[t.src] != u else 0.0))
-            arrive[(i, u)] = at
-    best_key, best = (math.inf, math.inf), []
+            arrive[(i, u)], spent[(i, u)] = at, joules
+    cost = (lambda c, e: 0.0) if objective is None else objective.step_cost
+    best_key, best = (math.inf, math.inf, math.inf), []
     chosen: list[tuple[int, float]] = []
     free = list(unit_free)
 
-    def search(depth: int, completion: float, total: float) -> None:
+    def search(depth: int, completion: float, total: float, joules: float) -> None:
         nonlocal best_key, best
-        if completion > best_key[0]:
+        # Both terms only grow deeper in the tree: a branch already worse is cut.
+        if (cost(completion, joules), completion) > best_key[:2]:
             return
         if depth == len(window):
-            if (completion, total) < best_key:
-                best_key, best = (completion, total), list(chosen)
+            key = (cost(completion, joules), completion, total)
+            if key < best_key:
+                best_key, best = key, list(chosen)
             return
         i = window[depth]
         for u in problem.supported[i]:
             end = max(free[u], arrive[(i, u)]) + problem.latency_us[i][u]
             saved, free[u] = free[u], end
             chosen.append((u, end))
-            search(depth + 1, max(completion, end + problem.output_us[i][u]), total + end)
+            search(
+                depth + 1,
+                max(completion, end + problem.output_us[i][u]),
+                total + end,
+                joules + spent[(i, u)],
+            )
             chosen.pop()
             free[u] = saved
 
-    search(0, 0.0, 0.0)
+    search(0, 0.0, 0.0, 0.0)
     return best

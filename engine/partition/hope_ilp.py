@@ -45,6 +45,17 @@ and order, and the plan says so.
 Every candidate (the hint's, the solver's) is simulated and validated before it is compared
 (:func:`engine.partition.simulator.checked_schedule`); a solver plan that fails is logged as
 the bug it is and the hint returned instead.
+
+Objectives (:mod:`engine.partition.objective`; the thesis minimises the makespan only):
+under ``energy`` or ``weighted`` the model minimises ``cT x makespan + sum cE x
+E_{i,j} x[i][j] + sum cE x E_upload y[k][j]``, the plan's energy being linear in the
+assignment (each op's energy above idle on its unit, the units' idle draw times the
+makespan, and ``y[k][j]``, tensor ``k`` uploaded to unit ``j``, for links that draw power:
+uploads to the cloud). The weights are scaled to integers so that the hint's value is
+about 10^11 (a time step's weight at least 1, which under ``energy`` makes the makespan a
+tie-break). A latency cap is a hard constraint ``makespan <= cap``; the hint is then the
+cheap plan that ranks best under the cap, and plans are compared by the objective's key,
+so an infeasible cap falls back to the hint and the stage says there is no plan within it.
 """
 
 from __future__ import annotations
@@ -52,29 +63,34 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 from engine.partition.bisection import partition_ops
 from engine.partition.chain_dp import schedule_chain_dp
+from engine.partition.energy import op_energy_uj, upload_w
 from engine.partition.heft import schedule_heft
+from engine.partition.objective import Objective, objective_for
 from engine.partition.problem import PartitionProblem
 from engine.partition.ranks import lower_bound_us
-from engine.partition.registry import PartitionOptions, Plan, register
+from engine.partition.registry import NoPlan, PartitionOptions, Plan, register
 from engine.partition.simulator import InvalidPlan, Schedule, checked_schedule
 
 _STEPS = 10_000_000  # integer time steps for the hint's makespan
 _LIMIT = 2**40  # times beyond this many steps are clamped here (see the module docstring)
 _FINEST_US = 1e-3  # a hint shorter than 1 ns (all ops of 0 us) is scaled as if it took 1 ns
+_VALUE = 1e11  # integer value of the hint under an energy or weighted objective
 log = logging.getLogger(__name__)
 
 
 @register("hope-ilp")
 def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, progress) -> Plan:
     deadline = time.perf_counter() + options.time_limit_s
-    hint_name, hint = _best_cheap_plan(problem, options)
+    objective = objective_for(problem, options)
+    hint_name, hint = _best_cheap_plan(problem, options, objective)
     scale = _STEPS / max(hint.makespan_us, _FINEST_US)
     whole = problem.n <= options.exact_max_ops
     parts = [list(range(problem.n))] if whole else partition_ops(problem, options.nt, options.eps)
-    ctx = _Context(problem, options, hint, scale)
+    ctx = _Context(problem, options, hint, scale, objective)
     placement = [-1] * problem.n
     start = [0] * problem.n
     end = [0] * problem.n
@@ -107,26 +123,52 @@ def schedule_hope_ilp(problem: PartitionProblem, options: PartitionOptions, prog
             f"{statuses['time-limit']} of {len(parts)} parts found no solution within the "
             f"time limit ({options.time_limit_s:g} s): they keep the plan of {hint_name}"
         )
+    if not objective.latency_first:
+        details["objective"] = objective.to_dict()
     try:
         solved = checked_schedule(problem, placement, order, "hope-ilp")
     except InvalidPlan as e:  # logged there; the hint is a valid plan
         details.update(returned="hint", solver_invalid=e.errors[:5])
-        return Plan(hint.placement, hint.order, bound_us, status, details)
-    details["solver_makespan_ms"] = round(solved.makespan_us / 1e3, 6)
-    if hint.makespan_us < solved.makespan_us or statuses.get("time-limit") == len(parts):
+        solved = None
+    worse = True
+    if solved is not None:
+        details["solver_makespan_ms"] = round(solved.makespan_us / 1e3, 6)
+        if objective.latency_first:
+            worse = hint.makespan_us < solved.makespan_us
+        else:
+            details["solver_energy_mj"] = solved.energy_mj
+            worse = objective.schedule_key(hint) < objective.schedule_key(solved)
+    if worse or statuses.get("time-limit") == len(parts):
         # Stitched parts (or a timed-out solve) can lose to the hint: never return worse.
         details["returned"] = "hint"
-        return Plan(hint.placement, hint.order, bound_us, status, details)
-    return Plan(tuple(placement), order, bound_us, status, details)
+        solved = hint
+        placement, order = list(hint.placement), hint.order
+    if objective.over_cap_us(solved.makespan_us):
+        raise NoPlan(
+            f"no plan within the latency cap of {objective.cap_us / 1e3:g} ms: the exact "
+            f"solver's best takes {solved.makespan_us / 1e3:.3f} ms",
+            details=details,
+        )
+    return Plan(tuple(placement), tuple(order), bound_us, status, details)
 
 
-def _best_cheap_plan(problem: PartitionProblem, options: PartitionOptions) -> tuple[str, Schedule]:
-    """The starting hint: the shortest valid plan of HEFT, the chain program and every single
-    unit, with its name."""
-    plans = {
-        "heft": schedule_heft(problem, options, None),
-        "chain-dp": schedule_chain_dp(problem, options, None),
-    }
+def _best_cheap_plan(
+    problem: PartitionProblem, options: PartitionOptions, objective: Objective
+) -> tuple[str, Schedule]:
+    """The starting hint: the best valid plan of HEFT, the chain program (each run for the
+    objective and, under another one, latency-first too, which meets a cap if anything
+    cheap does) and every single unit, with its name."""
+    plans = {}
+    variants = [("", options)]
+    if not objective.latency_first:
+        fastest = replace(options, objective="latency", latency_cap_ms=None)
+        variants.append((" (latency-first)", fastest))
+    for suffix, chosen in variants:
+        for name, algorithm in (("heft", schedule_heft), ("chain-dp", schedule_chain_dp)):
+            try:
+                plans[name + suffix] = algorithm(problem, chosen, None)
+            except NoPlan:
+                continue  # nothing within the cap: the latency-first variant stands in
     for u in problem.full_units:
         plans[f"single:{problem.units[u]}"] = Plan((u,) * problem.n, tuple(range(problem.n)))
     schedules = {}
@@ -138,7 +180,10 @@ def _best_cheap_plan(problem: PartitionProblem, options: PartitionOptions) -> tu
     if not schedules:
         message = "hope-ilp has no valid plan to start from"
         raise InvalidPlan(message, [message])
-    name = min(schedules, key=lambda n: schedules[n].makespan_us)
+    if objective.latency_first:
+        name = min(schedules, key=lambda n: schedules[n].makespan_us)
+    else:
+        name = min(schedules, key=lambda n: objective.schedule_key(schedules[n]))
     return name, schedules[name]
 
 
@@ -146,8 +191,11 @@ class _Context:
     """What every part's model shares: the problem in integer steps, the hint and the
     fastest paths to an exit (``tail``) and from time 0 (``head``)."""
 
-    def __init__(self, problem, options, hint: Schedule, scale: float):
+    def __init__(self, problem, options, hint: Schedule, scale: float, objective: Objective):
         self.problem, self.options, self.hint, self.scale = problem, options, hint, scale
+        self.objective = objective
+        plain = objective.kind == "latency"  # a cap, if any, is a constraint
+        self.weights = None if plain else _Weights(problem, objective, hint)
         fastest = [max(1, self.steps(problem.min_latency(i))) for i in range(problem.n)]
         self.tail = [0] * problem.n
         for i in range(problem.n - 1, -1, -1):
@@ -251,7 +299,16 @@ def _solve_part(
         model.add_no_overlap(lane)
         if not fixed:  # redundant load cut: a unit's work fits before the makespan
             model.add(makespan >= floor + sum(dur[(i, u)] * x[(i, u)] for i in part if (i, u) in x))
-    model.minimize(makespan)
+    weights = ctx.weights
+    if ctx.objective.cap_us is not None:
+        model.add(makespan <= max(floor, int(ctx.objective.cap_us * ctx.scale)))
+    if weights is None:
+        model.minimize(makespan)
+    else:
+        terms = [weights.per_step(ctx.scale) * makespan]
+        terms += [weights.op(i, u) * x[(i, u)] for i, u in x if weights.op(i, u)]
+        terms += _upload_terms(model, ctx, part, x, placement)
+        model.minimize(sum(terms))
     for i in part:
         model.add_hint(s[i], hint_start[i])
         model.add_hint(e[i], hint_end[i])
@@ -270,6 +327,8 @@ def _solve_part(
             placement[i], start[i], end[i] = hint.placement[i], hint_start[i], hint_end[i]
         if status == cp_model.UNKNOWN:
             return ("time-limit", None)
+        if status == cp_model.INFEASIBLE and ctx.objective.cap_us is not None:
+            return ("infeasible-cap", None)  # the cap, not a bug: the plan says so
         # The hint is a solution of the model: infeasible or invalid is a bug here.
         name = solver.status_name(status).lower()
         log.error("hope-ilp: CP-SAT says %s for a part of %d ops", name, len(part))
@@ -278,7 +337,73 @@ def _solve_part(
         placement[i] = next(u for u in supported[i] if solver.value(x[(i, u)]))
         start[i], end[i] = solver.value(s[i]), solver.value(e[i])
     name = "optimal" if status == cp_model.OPTIMAL else "feasible"
+    if weights is not None:  # the objective's bound is not a makespan
+        return (name, None)
     return (name, solver.best_objective_bound)
+
+
+class _Weights:
+    """Integer weights of the energy or weighted objective (see the module docstring)."""
+
+    def __init__(self, problem: PartitionProblem, objective: Objective, hint: Schedule):
+        self.problem, self.objective = problem, objective
+        self.energy = op_energy_uj(problem)
+        active = hint.energy.active_mj or 0.0
+        moved = hint.energy.transfer_mj or 0.0
+        value = objective.step_cost(hint.makespan_us, (active + moved) * 1e3)
+        self.q = _VALUE / max(value, 1e-12)
+
+    def per_step(self, scale: float) -> int:
+        return max(1, round(self.objective.time_weight / scale * self.q))
+
+    def op(self, i: int, u: int) -> int:
+        return round(self.objective.energy_weight * self.energy[i][u] * self.q)
+
+    def upload(self, joules_uj: float) -> int:
+        return round(self.objective.energy_weight * joules_uj * self.q)
+
+
+def _upload_terms(model, ctx: _Context, part, x, placement) -> list:
+    """``cE x E_upload y[k][j]`` for every tensor a part's op reads that may be uploaded to
+    unit ``j`` over a link that draws power (the cloud's radio)."""
+    problem, weights = ctx.problem, ctx.weights
+    terms = []
+    inside = set(part)
+    for k, t in enumerate(problem.tensors):
+        readers = [d for d in t.dsts if d in inside]
+        if not readers or t.bytes is None:
+            continue
+        if t.src is None:
+            sources = [problem.home]
+        elif t.src in inside:
+            sources = list(problem.supported[t.src])
+        elif placement[t.src] >= 0:
+            sources = [placement[t.src]]
+        else:
+            continue
+        for b in {u for d in readers for u in problem.supported[d]}:
+            cost = max(
+                (
+                    upload_w(problem, a, b) * problem.transfer_us(t.bytes, a, b)
+                    for a in sources
+                    if a != b
+                ),
+                default=0.0,
+            )
+            coefficient = weights.upload(cost)
+            if coefficient <= 0:
+                continue
+            moved = model.new_bool_var(f"y{k}_{b}")
+            on_b = x[(t.src, b)] if t.src in inside and (t.src, b) in x else None
+            held = 1 if sources == [b] else 0
+            for d in readers:
+                if (d, b) in x:
+                    if on_b is not None:
+                        model.add(moved >= x[(d, b)] - on_b)
+                    elif not held:
+                        model.add(moved >= x[(d, b)])
+            terms.append(coefficient * moved)
+    return terms
 
 
 def _integer_hint(part, hint, dur, earliest, arcs, transfer, placement, end):

@@ -6,7 +6,10 @@ the rest in the cloud. With ``v_p`` the bytes that cross the cut (graph inputs i
     T_t = T_ttl + v_p / b        E_t = w * T_t
     T^p = T_m + T_t + T_c        E^p = E_m + E_t,   E_m = T_m * (P_active - P_idle)
 
-and the cut with the least ``T^p`` (latency-first) or ``E^p`` (energy-first) wins. Cut 0 is
+and the cut with the least ``T^p`` (latency-first), ``E^p`` (energy-first) or weighted sum
+of the two (normalised by the least of each over the cuts) wins, the same objectives every
+algorithm takes (:mod:`engine.partition.objective`). Under a latency cap, a cut whose
+simulated makespan exceeds it is passed over. Cut 0 is
 cloud-only (the raw input is uploaded), cut ``n`` mobile-only. Like the thesis, the cost
 curve leaves out downloading the result (the round trip ``T_ttl`` stands in for it) and the
 cloud's energy; the plan's makespan, from the shared simulator, does count the download and
@@ -26,8 +29,10 @@ from __future__ import annotations
 import math
 
 from engine.partition.baselines import single_unit_makespans
+from engine.partition.objective import Objective
 from engine.partition.problem import PartitionError, PartitionProblem, describe_tensors
 from engine.partition.registry import NoPlan, PartitionOptions, Plan, register
+from engine.partition.simulator import simulate
 
 
 def cut_costs(problem: PartitionProblem, mobile: int, cloud: int) -> list[dict]:
@@ -113,20 +118,25 @@ def split_mobile_cloud(problem: PartitionProblem, options: PartitionOptions, pro
     mobile = _mobile_unit(problem, options, cloud)
     curve = cut_costs(problem, mobile, cloud)
     offered = [c for c in curve if c["feasible"]]
-    if options.objective == "energy" and any(c["energy_j"] is None for c in offered):
+    if options.objective != "latency" and any(c["energy_j"] is None for c in offered):
         raise PartitionError(
-            f"energy-first needs the power of unit '{problem.units[mobile]}' and the radio "
-            f"power of network '{problem.network.name}'",
+            f"the {options.objective} objective needs the power of unit "
+            f"'{problem.units[mobile]}' and the radio power of network '{problem.network.name}'",
             code="usage",
         )
-    first, second = (
-        ("energy_j", "latency_ms") if options.objective == "energy" else ("latency_ms", "energy_j")
-    )
+    objective = _curve_objective(offered, options)
+    second = "latency_ms" if options.objective != "latency" else "energy_j"
+
+    def key(c: dict) -> tuple:
+        energy = None if c["energy_j"] is None else c["energy_j"] * 1e3
+        return objective.key(c["latency_ms"] * 1e3, energy)
+
     # Ties go to the other objective (a missing one sorts last), then to the later cut.
-    offered.sort(key=lambda c: (c[first], c[second] is None, c[second] or 0.0, -c["position"]))
+    offered.sort(key=lambda c: (key(c), c[second] is None, c[second] or 0.0, -c["position"]))
     details = {
         "network": problem.network.name,
         "objective": options.objective,
+        "objective_detail": objective.to_dict(),
         "mobile_unit": problem.units[mobile],
         "cloud_unit": problem.cloud_unit,
         "curve": curve,
@@ -145,12 +155,37 @@ def split_mobile_cloud(problem: PartitionProblem, options: PartitionOptions, pro
                 reason=f"moves {describe_tensors(problem, blind, limit=2)}, of unknown size",
             )
             continue
+        if objective.cap_us is not None:
+            makespan = simulate(problem, placement, range(problem.n)).makespan_us
+            if objective.over_cap_us(makespan):
+                continue
         details["best_cut"] = best
         return Plan(placement, tuple(range(problem.n)), details=details)
+    if objective.cap_us is not None and offered:
+        raise NoPlan(
+            f"no cut of the mobile-cloud split runs within the latency cap of "
+            f"{objective.cap_us / 1e3:g} ms",
+            details=details,
+        )
     reasons = list(dict.fromkeys(c["reason"] for c in curve if c["reason"]))
     raise NoPlan(
         "no cut of the mobile-cloud split can be priced: " + "; ".join(reasons[:3]),
         details=details,
+    )
+
+
+def _curve_objective(offered: list[dict], options: PartitionOptions) -> Objective:
+    """The objective over the cut costs, normalised by the least latency and energy of the
+    cuts (the split needs only the mobile unit's and the radio's power, not every unit's)."""
+    cap = None if options.latency_cap_ms is None else options.latency_cap_ms * 1e3
+    times = [c["latency_ms"] * 1e3 for c in offered]
+    energies = [c["energy_j"] * 1e6 for c in offered if c["energy_j"] is not None]
+    return Objective(
+        options.objective,
+        options.alpha,
+        cap,
+        max(min(times, default=1.0), 1e-9),
+        max(min(energies, default=1.0), 1e-9),
     )
 
 

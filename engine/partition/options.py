@@ -14,9 +14,12 @@ ALGORITHMS = (
     "blocks",
     "single-unit",
     "mobile-cloud",
+    "graphturbo",
 )
 """Every registered algorithm (a test checks this against the registry)."""
 NETWORKS = ("3g", "4g", "wifi")
+OBJECTIVES = ("latency", "energy", "weighted")
+"""The objectives of :mod:`engine.partition.objective` (a test checks they agree)."""
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,30 @@ class PartitionStageOptions(StageOptions):
     )
     objective: str = option(
         "latency",
-        "what the mobile-cloud split minimises",
-        choices=("latency", "energy"),
+        "what every algorithm minimises: the makespan, the predicted energy, or "
+        "alpha x latency + (1 - alpha) x energy (each normalised by a lower bound)",
+        choices=OBJECTIVES,
         label="Objective",
+    )
+    alpha: float = option(
+        0.5,
+        "weight of latency in the weighted objective (1: latency only, 0: energy only)",
+        min=0.0,
+        max=1.0,
+        label="Latency weight (weighted)",
+    )
+    latency_cap_ms: float | None = option(
+        None,
+        "latency cap: plans must finish within it (with the energy objective: the least "
+        "energy within the cap); empty: no cap",
+        min=1e-6,
+        max=1e9,
+        label="Latency cap (ms)",
+    )
+    trade_off: bool = option(
+        True,
+        "sweep the objective's weights to draw the energy-vs-latency trade-off (Pareto front)",
+        label="Energy-latency trade-off",
     )
     cloud: str | None = option(
         None, "cloud target for the mobile-cloud split (a target name)", public=False

@@ -20,10 +20,15 @@ class PartitionOptions:
     Heuristic (``hope-heuristic``): window ``k`` (``None``: 4 for 2 units, 3 for 3 or 4, else
     2, after the thesis), super-op merging of ops faster than ``merge_short_us`` (``None``: a
     tenth of the mean op latency; 0 disables it). ``blocks``: the ``key_ops`` it cuts at and
-    ``refine_evaluations`` simulated moves at most. ``mobile-cloud``: ``objective`` (latency
-    or energy) and ``mobile_unit`` (``None``: the mobile unit that runs the whole model
-    fastest).
-    ``little_gain_pct``: below this gain over the best single unit, the verdict says so.
+    ``refine_evaluations`` simulated moves at most. ``mobile-cloud``: ``mobile_unit``
+    (``None``: the mobile unit that runs the whole model fastest).
+    Every algorithm: ``objective`` (``latency``, ``energy`` or ``weighted`` with latency
+    weight ``alpha``) and ``latency_cap_ms`` (``None``: no cap); see
+    :mod:`engine.partition.objective`.
+    ``graphturbo``: ``dsa_dtype``, the accelerator's compute type its tensors are planned
+    at (the paper does not say which its chip ran; fp16 assumed).
+    ``little_gain_pct``: below this gain over the best single unit (in makespan; in energy
+    under the energy and weighted objectives), the verdict says so.
     """
 
     time_limit_s: float = 10.0
@@ -44,16 +49,23 @@ class PartitionOptions:
     )
     refine_evaluations: int = 200
     objective: str = "latency"
+    alpha: float = 0.5
+    latency_cap_ms: float | None = None
     mobile_unit: str | None = None
     little_gain_pct: float = 5.0
+    dsa_dtype: str = "fp16"
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0 or self.nt < 2 or not 0 < self.eps < 1:
             raise PartitionError("time_limit_s must be > 0, nt >= 2 and 0 < eps < 1")
         if self.k is not None and not 1 <= self.k <= 8:
             raise PartitionError("k must be between 1 and 8")
-        if self.objective not in ("latency", "energy"):
-            raise PartitionError("objective must be 'latency' or 'energy'")
+        if self.objective not in ("latency", "energy", "weighted"):
+            raise PartitionError("objective must be 'latency', 'energy' or 'weighted'")
+        if not 0 <= self.alpha <= 1:
+            raise PartitionError("alpha must be between 0 and 1")
+        if self.latency_cap_ms is not None and not self.latency_cap_ms > 0:
+            raise PartitionError("latency_cap_ms must be positive")
         if self.workers < 1:
             raise PartitionError("workers must be at least 1")
 
@@ -110,8 +122,31 @@ def prices_own_cuts(name: str) -> bool:
 
 
 def algorithm_names() -> list[str]:
-    """Registered algorithm names (``single:<unit>`` baselines are accepted besides these)."""
-    return sorted(_ALGORITHMS)
+    """Registered algorithm names, graph planners included (``single:<unit>`` baselines are
+    accepted besides these)."""
+    return sorted([*_ALGORITHMS, *_GRAPH_PLANNERS])
+
+
+GraphPlanner = Callable[[Any, Any, PartitionOptions, ProgressFn], dict]
+"""``(graph, target, options, progress) -> result JSON``: an algorithm that plans on the
+graph and the target itself rather than on a placement problem (GraphTurbo on a DSA)."""
+
+_GRAPH_PLANNERS: dict[str, GraphPlanner] = {}
+
+
+def register_graph_planner(name: str) -> Callable[[GraphPlanner], GraphPlanner]:
+    """Register a graph planner under ``name``; the partition stage runs it instead of the
+    placement comparison when asked for it, or by default on a target it applies to."""
+
+    def decorate(fn: GraphPlanner) -> GraphPlanner:
+        _GRAPH_PLANNERS[name] = fn
+        return fn
+
+    return decorate
+
+
+def graph_planner(name: str) -> GraphPlanner | None:
+    return _GRAPH_PLANNERS.get(name)
 
 
 _FAMILIES: dict[str, Callable[[str], Algorithm]] = {}

@@ -21,6 +21,11 @@ and rejects it strictly inside another op's run, which would need preemption.
 :func:`checked_schedule` is the one door every plan goes through before it is returned,
 compared or chosen: it simulates and validates, and a plan that fails is a bug in the
 algorithm that made it (:class:`InvalidPlan`), never a result.
+
+Every schedule also carries its predicted energy (:mod:`engine.partition.energy`: each
+unit's active power over its busy time, idle power over the rest of the makespan, and the
+radio's power over uploads to the cloud), so that every algorithm's plan has
+``energy_mj`` next to ``makespan_us``, evaluated the same way.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.partition.energy import PlanEnergy, plan_energy
 from engine.partition.problem import PartitionError, PartitionProblem
 
 _TOLERANCE_US = 1e-6
@@ -62,7 +68,9 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Start and finish of every op, the transfers, and the makespan, all in microseconds."""
+    """Start and finish of every op, the transfers, and the makespan, all in microseconds;
+    ``energy`` is the plan's predicted energy (``energy_mj`` ``None`` when a power figure is
+    missing, and ``energy.reason`` says which)."""
 
     placement: tuple[int, ...]
     order: tuple[int, ...]
@@ -72,6 +80,11 @@ class Schedule:
     makespan_us: float
     unit_busy_us: tuple[float, ...]
     problem: PartitionProblem = field(repr=False, compare=False)
+    energy: PlanEnergy = field(default=PlanEnergy(None), compare=False)
+
+    @property
+    def energy_mj(self) -> float | None:
+        return self.energy.energy_mj
 
 
 def simulate(problem: PartitionProblem, placement: Sequence[int], order: Sequence[int]) -> Schedule:
@@ -136,6 +149,7 @@ def simulate(problem: PartitionProblem, placement: Sequence[int], order: Sequenc
         makespan_us=makespan,
         unit_busy_us=tuple(busy),
         problem=problem,
+        energy=plan_energy(problem, placement, makespan, transfers),
     )
 
 

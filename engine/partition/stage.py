@@ -15,15 +15,18 @@ from engine.errors import ProgressFn
 from engine.graph.prepared import PreparedModel
 from engine.partition.api import compare_algorithms
 from engine.partition.options import PartitionStageOptions
-from engine.partition.registry import PartitionOptions
+from engine.partition.pareto import trade_off
+from engine.partition.problem import PartitionError
+from engine.partition.registry import PartitionOptions, graph_planner
 from engine.partition.targets import problem_for_target
 from engine.targets.catalog import get_target, load_presets
 from engine.targets.schema import TargetProfile
 
 
 class PartitionReport(StageReport):
-    """The comparison (every algorithm's plan, the best, the verdict) and the best plan's
-    sub-models (``schedule``)."""
+    """The comparison (every algorithm's plan with its makespan and energy, the best for the
+    objective, the verdict), the energy-vs-latency trade-off (``trade_off``) and the best
+    plan's sub-models (``schedule``)."""
 
     @property
     def best(self) -> str | None:
@@ -38,7 +41,13 @@ def run(
     inputs: StageInputs = NO_INPUTS,
 ) -> PartitionReport:
     """Partition ``prepared`` across ``target``'s units. Raises :class:`NotApplicable` for a
-    target with one unit and no cloud to offload to."""
+    target with one unit and no cloud to offload to, unless a graph planner applies (on a
+    DSA target GraphTurbo runs by default)."""
+    planners = [a for a in options.algorithms if graph_planner(a)]
+    if not options.algorithms and any(u.kind == "dsa" for u in target.units):
+        planners = ["graphturbo"]
+    if planners:
+        return _run_graph_planners(prepared, target, options, planners, progress)
     if len(target.units) < 2 and options.network is None:
         raise NotApplicable(
             f"target '{target.name}' has one compute unit ({target.units[0].name}): there is "
@@ -49,12 +58,26 @@ def run(
     cloud = cloud_target(options.cloud, target.name) if options.network else None
     progress(0.02, "pricing every op on every unit")
     problem = problem_for_target(prepared.graph, target, cloud=cloud, network=options.network)
+    engine_options = PartitionOptions(
+        time_limit_s=options.time_limit_s,
+        objective=options.objective,
+        alpha=options.alpha,
+        latency_cap_ms=options.latency_cap_ms,
+    )
+    end = 0.65 if options.trade_off else 0.8
     details = compare_algorithms(
         problem,
         list(options.algorithms) or None,
-        PartitionOptions(time_limit_s=options.time_limit_s, objective=options.objective),
-        progress=lambda f, m: progress(0.05 + 0.75 * f, m),
+        engine_options,
+        progress=lambda f, m: progress(0.05 + (end - 0.05) * f, m),
     )
+    if options.trade_off:
+        details["trade_off"] = trade_off(
+            problem,
+            engine_options,
+            details["results"],
+            progress=lambda f, m: progress(end + (0.8 - end) * f, m),
+        )
     details["notes"] = list(problem.notes)
     details["cloud"] = cloud.name if cloud is not None else None
     details["target"] = target.name
@@ -78,6 +101,52 @@ def run(
             )
             artifacts["schedule"] = archive
     return PartitionReport(details, artifacts)
+
+
+def _run_graph_planners(
+    prepared: PreparedModel,
+    target: TargetProfile,
+    options: PartitionStageOptions,
+    names: list[str],
+    progress: ProgressFn,
+) -> PartitionReport:
+    """Run planners that plan on the graph itself; each result under ``results``, as the
+    placement comparison reports its algorithms."""
+    others = [a for a in options.algorithms if a not in names]
+    if others:
+        raise PartitionError(
+            f"{', '.join(names)} plans on its own and cannot be compared with {', '.join(others)}",
+            code="usage",
+        )
+    engine_options = PartitionOptions(time_limit_s=options.time_limit_s)
+    results, failed = {}, {}
+    for name in names:
+        try:
+            results[name] = graph_planner(name)(prepared.graph, target, engine_options, progress)
+        except PartitionError as e:
+            if e.code != "unknown_size":
+                raise
+            failed[name] = e.message
+            continue
+        if not results[name]["valid"]:
+            failed[name] = results.pop(name)["reason"]
+    best = next(iter(results), None)
+    return PartitionReport(
+        {
+            "planned_on_graph": True,
+            "target": target.name,
+            "units": [u.name for u in target.units],
+            "algorithms": {n: {"valid": True} for n in results},
+            "results": results,
+            "failed": failed,
+            "invalid": [],
+            "best": best,
+            "verdict": results[best]["verdict"]
+            if best
+            else f"no plan ({'; '.join(failed.values())})",
+            "notes": [],
+        }
+    )
 
 
 def cloud_target(name: str | None, mobile: str) -> TargetProfile:

@@ -73,6 +73,7 @@ from engine.graph.topology import sorted_model, unique_node_names
 from engine.profiling.attribution import KernelProfile, OpProfile, attribute_kernels
 from engine.profiling.contention import memory_contention
 from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
+from engine.profiling.rapl import Counters, measured_energy, open_counters
 from engine.profiling.session import (
     HUGE_PAGES_TUNABLE,
     SPIN_ALWAYS,
@@ -151,6 +152,9 @@ class NodeProfile:
     environment: dict
     warnings: list[str]
     measured: bool = True
+    energy: dict | None = None
+    """Package energy per run around the whole-model timing (:mod:`engine.profiling.rapl`):
+    measured, or ``measured`` false and the reason it is unavailable."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,7 +220,12 @@ def profile_nodes(
             paths = [session.end_profiling() for session in sessions]
         traces = [json.loads(Path(path).read_text()) for path in paths]
         report(0.8, "timing the whole model with the profiler off")
+        counters = open_counters()
+        before = _reading(counters)
         latency_ms, plain_after_ms = _time_unprofiled(sessions, plain, feeds, config, turn)
+        energy = measured_energy(
+            counters, before, _reading(counters), len(latency_ms) + len(plain_after_ms)
+        )
     report(0.97, "reading the profiler trace")
     trace = interleave(
         [parse_trace(events, skip_runs=config.warmup_runs) for events in traces], order
@@ -294,7 +303,18 @@ def profile_nodes(
             config.threads, config.graph_optimization, load_before, alive, spinning
         ),
         warnings=warnings,
+        energy=energy,
     )
+
+
+def _reading(counters: Counters | str):
+    """A reading of the RAPL counters, or ``None`` (the energy then says unavailable)."""
+    if isinstance(counters, str):
+        return None
+    try:
+        return counters.read()
+    except (OSError, ValueError):
+        return None
 
 
 def _fused_nodes(path: str, names: set[str]) -> dict[str, tuple[list[str], list[str]]]:

@@ -8,6 +8,10 @@ from engine.options import StageOptions, option
 
 GRAPH_OPTIMIZATIONS = ("disabled", "basic", "extended", "all")
 """onnxruntime graph optimization levels, by the names the engine's configs use."""
+GPU_APIS = ("opengl-es-3.1", "opencl", "metal")
+"""Backends of the mobile-GPU analysis (:mod:`engine.profiling.gpu_support` has their ops)."""
+DEFAULT_GPU_API = "opengl-es-3.1"
+"""The TFLite GPU paper's Android backend, chosen there for the widest coverage (L418)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,13 @@ class ProfileOptions(StageOptions):
     )
     unit: str | None = option(
         None, "unit of a modeled target to report (default: the fastest)", public=False
+    )
+    gpu_api: str = option(
+        DEFAULT_GPU_API,
+        "graphics API of the mobile-GPU delegate analysis on a modeled target's GPU unit "
+        "(the TFLite GPU paper's Android backend is OpenGL ES 3.1; Metal on iOS)",
+        choices=GPU_APIS,
+        label="Mobile-GPU API",
     )
     graph_optimization: str = option(
         "extended",

@@ -5,6 +5,11 @@ Nothing here is measured: every number is labelled with the cost model that prod
 unknown are marked per unit, never dropped; nodes with only constant inputs are marked
 ``constant`` (0 per inference: runtimes fold them at load time). A unit's whole-model
 latency is the sum over the ops it can run, and ``complete`` says whether that is all.
+
+Each op's energy on each unit is its predicted latency times the unit's power above idle,
+``T x (P_active - P_idle)`` (DNNTune's energy analyzer, thesis 3.4.1, L526 and L786-788),
+from the target's ``power`` section; a unit without both figures gives ``None``, never 0,
+and the notes name it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ class PredictedOp:
     latency_us: dict[str, float | None]
     status: dict[str, str]
     bound: dict[str, str | None]
+    energy_uj: dict[str, float | None]
+
+
+ENERGY_MODEL = "predicted: latency x (active_w - idle_w) of the unit, from the target's power"
 
 
 @dataclass
@@ -77,6 +86,8 @@ class PredictedProfile:
     ops: list[PredictedOp]
     notes: list[str]
     measured: bool = False
+    energy_model: str = ENERGY_MODEL
+    energy_unknown_units: list[str] | None = None
 
     def unit(self, name: str) -> UnitPrediction:
         return next(u for u in self.units if u.name == name)
@@ -117,6 +128,7 @@ def predict_profile(
                 latency_us={u: e.latency_us for u, e in estimates.items()},
                 status={u: e.status for u, e in estimates.items()},
                 bound={u: e.bound for u, e in estimates.items()},
+                energy_uj={u: _energy_uj(model, u, e) for u, e in estimates.items()},
             )
         )
     units = [_unit_total(model, u.name, ops) for u in profile.units]
@@ -141,7 +153,25 @@ def predict_profile(
         best_unit=best,
         ops=ops,
         notes=_notes(profile, units),
+        energy_unknown_units=_no_power(profile),
     )
+
+
+def _energy_uj(model: CostModel, unit: str, estimate: OpEstimate) -> float | None:
+    """An op's energy above idle on ``unit`` in microjoules; ``None`` when its latency or
+    the unit's power is unknown."""
+    joules = model.energy_j(estimate.latency_us, unit)
+    return None if joules is None else joules * 1e6
+
+
+def _no_power(profile: TargetProfile) -> list[str]:
+    """Units without both power figures: their energy is unknown."""
+    missing = []
+    for u in profile.units:
+        power = profile.power.get(u.name)
+        if power is None or power.active_w is None or power.idle_w is None:
+            missing.append(u.name)
+    return missing
 
 
 def constant_nodes(graph: Graph) -> set[str]:
@@ -205,4 +235,10 @@ def _notes(profile: TargetProfile, units: list[UnitPrediction]) -> list[str]:
     for unit in units:
         if unit.latency_ms is None:
             notes.append(f"{unit.name}: no prediction (numbers unknown or no op supported)")
+    missing = _no_power(profile)
+    if missing:
+        notes.append(
+            f"energy unknown on {', '.join(missing)}: the target gives no active and idle "
+            "power for them"
+        )
     return notes

@@ -9,13 +9,15 @@ says which it is.
 
 from __future__ import annotations
 
-from engine.contract import NO_INPUTS, NotApplicable, StageInputs, StageReport
+from engine.contract import NO_INPUTS, StageInputs, StageReport
 from engine.errors import Cancelled, EngineError, ProgressFn, error_line
 from engine.graph.costs import cost_node
 from engine.graph.prepared import PreparedModel
 from engine.profiling.calibrate import calibrate, modeled_copy
 from engine.profiling.findings import find_all
+from engine.profiling.mobile_gpu import analyze_target_gpu
 from engine.profiling.nodes import NodeProfileConfig, profile_nodes
+from engine.profiling.on_device import profile_on_device
 from engine.profiling.options import ProfileOptions
 from engine.profiling.predicted import predict_profile
 from engine.profiling.roofs import measure_roofs
@@ -45,13 +47,14 @@ def run(
     inputs: StageInputs = NO_INPUTS,
 ) -> ProfileReport:
     """Profile ``prepared`` on ``target``: measured when ``target`` is this machine's
-    (``kind == "measured"``), predicted when it is modeled."""
+    (``kind == "measured"``) or a remote device (measured there, over TVM RPC),
+    predicted when it is modeled."""
     if target.kind == "modeled":
         return _predicted(prepared, target, options, progress)
-    if target.kind != "measured":
-        raise NotApplicable(
-            f"target '{target.name}' is a remote device, and remote profiling is not available yet",
-            hint="Profile on a measured target (host) or a modeled one.",
+    if target.remote is not None:
+        result = profile_on_device(prepared, target, options, progress)
+        return ProfileReport.of(
+            target.name, True, result["latency"]["median"], result["unit"], result
         )
     return _measured(prepared, target, options, progress, inputs)
 
@@ -68,6 +71,10 @@ def _predicted(
     latency = chosen["latency_ms"] if chosen and chosen["complete"] else None
     predicted["findings"] = [f.to_dict() for f in find_all(predicted=predicted)]
     _name_user_nodes(predicted["ops"], prepared)
+    progress(0.8, "analyzing the mobile-GPU delegate partition and layouts")
+    predicted["mobile_gpu"] = analyze_target_gpu(
+        prepared.graph, target, options.unit, options.gpu_api, _opset(prepared)
+    )
     return ProfileReport.of(target.name, False, latency, unit, predicted)
 
 
@@ -169,6 +176,12 @@ def _name_user_nodes(ops: list[dict], prepared: PreparedModel) -> None:
         users = prepared.user_nodes.get(op["name"])
         if users is not None and users != (op["name"],):
             op["user_names"] = list(users)
+
+
+def _opset(prepared: PreparedModel) -> int | None:
+    """The model's default-domain opset (some ops' defaults changed between opsets)."""
+    versions = [o.version for o in prepared.model.opset_import if o.domain in ("", "ai.onnx")]
+    return versions[0] if versions else None
 
 
 def _span(progress: ProgressFn, start: float, end: float) -> ProgressFn:

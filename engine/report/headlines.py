@@ -258,6 +258,13 @@ def _compile(d: dict) -> Iterator[Figure]:
     basis = "measured on the worker"
     if rounds:
         basis += f", each side's fastest of {rounds} alternating rounds"
+    device = d.get("measured_on")
+    if device:  # a remote target: measured on the device, through its tracker
+        cpu = (device.get("reported") or {}).get("cpu") or "CPU not reported"
+        basis = (
+            f"measured on device '{device.get('key')}' at {device.get('address')} ({cpu}), "
+            f"median of {timing.get('runs')} repeats"
+        )
     if threads:
         basis += f", {threads} threads"
     yield Figure(

@@ -30,7 +30,9 @@ class Unit:
     """A compute unit. ``cores`` counts all cores; with ``clusters`` they split evenly.
 
     ``local_buffer_bytes`` is per core and ``global_buffer_bytes`` per cluster (per unit
-    without clusters), as in GraphTurbo's DSA abstraction. ``efficiency`` holds the fraction
+    without clusters), as in GraphTurbo's DSA abstraction; ``global_buffer_bw_gbps`` is the
+    bandwidth between a cluster's global buffer and its cores' local buffers, and
+    ``mem_bw_gbps`` the bandwidth to DRAM. ``efficiency`` holds the fraction
     of the roofline each op type reaches (1.0 = on the roof), fitted by calibration.
     """
 
@@ -45,6 +47,7 @@ class Unit:
     supports: str | tuple[str, ...] = "all"
     local_buffer_bytes: int | None = None
     global_buffer_bytes: int | None = None
+    global_buffer_bw_gbps: float | None = None
     efficiency: dict[str, float] = field(default_factory=dict)
     description: str = ""
     source: Source = None
@@ -65,6 +68,7 @@ class Unit:
             "supports": self.supports if self.supports == "all" else list(self.supports),
             "local_buffer_bytes": self.local_buffer_bytes,
             "global_buffer_bytes": self.global_buffer_bytes,
+            "global_buffer_bw_gbps": self.global_buffer_bw_gbps,
             "efficiency": dict(self.efficiency),
             "description": self.description,
             "source": _copy_source(self.source),
@@ -138,6 +142,40 @@ class Network:
 
 
 @dataclass(frozen=True)
+class Remote:
+    """Where a ``remote`` target's device is: a TVM RPC tracker and the key the device
+    registered under (``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``).
+
+    ``tvm_target`` is the LLVM target dict to compile for; ``None`` builds for what the
+    device reports about itself (its CPU and triple). ``cc`` is the compiler that links
+    libraries for it (a cross compiler such as ``aarch64-linux-gnu-g++``); ``None`` uses
+    this machine's. A run waits ``wait_s`` for a busy device before it gives up.
+    """
+
+    tracker_host: str
+    tracker_port: int
+    key: str
+    tvm_target: dict | None = None
+    cc: str | None = None
+    wait_s: float = 300.0
+    session_timeout_s: float = 3600.0
+
+    @property
+    def tracker(self) -> str:
+        return f"{self.tracker_host}:{self.tracker_port}"
+
+    def to_dict(self) -> dict:
+        return {
+            "tracker": self.tracker,
+            "key": self.key,
+            "tvm_target": dict(self.tvm_target) if self.tvm_target else None,
+            "cc": self.cc,
+            "wait_s": self.wait_s,
+            "session_timeout_s": self.session_timeout_s,
+        }
+
+
+@dataclass(frozen=True)
 class TargetProfile:
     """A validated target profile; :meth:`to_dict` gives back a document that validates."""
 
@@ -153,6 +191,8 @@ class TargetProfile:
     queue: str | None = None
     """The job queue of the worker that measures this target (measured targets)."""
     notes: tuple[str, ...] = ()
+    remote: Remote | None = None
+    """The device of a ``remote`` target (None for the other kinds)."""
 
     def unit(self, name: str) -> Unit:
         for unit in self.units:
@@ -180,6 +220,7 @@ class TargetProfile:
             "machine": self.machine,
             "queue": self.queue,
             "notes": list(self.notes),
+            "remote": self.remote.to_dict() if self.remote else None,
         }
 
 

@@ -20,6 +20,7 @@ from engine.targets.profile import (
     Link,
     Network,
     Power,
+    Remote,
     Source,
     TargetProfile,
     Unit,
@@ -35,6 +36,7 @@ __all__ = [
     "Network",
     "Power",
     "ProfileError",
+    "Remote",
     "Source",
     "TargetProfile",
     "Unit",
@@ -97,6 +99,7 @@ def validate_profile(document: Any) -> TargetProfile:
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         check.problem("notes", "must be a list of strings")
         notes = []
+    remote = _remote(check, document.get("remote"), kind)
     if check.problems:
         raise ProfileError(check.problems)
     return TargetProfile(
@@ -111,6 +114,7 @@ def validate_profile(document: Any) -> TargetProfile:
         machine=dict(machine) if machine else None,
         queue=queue,
         notes=tuple(notes),
+        remote=remote,
     )
 
 
@@ -118,18 +122,92 @@ _PROFILE_KEYS = frozenset(
     {
         "schema_version", "name", "kind", "version", "description", "units", "links",
         "power", "network", "networks", "machine", "queue", "notes",
+        "remote",
     }
 )  # fmt: skip
 _UNIT_KEYS = frozenset(
     {
         "name", "kind", "cores", "clusters", "frequency_ghz", "peak_gflops", "mem_bw_gbps",
-        "launch_us", "supports", "local_buffer_bytes", "global_buffer_bytes", "efficiency",
-        "description", "source",
+        "launch_us", "supports", "local_buffer_bytes", "global_buffer_bytes",
+        "global_buffer_bw_gbps", "efficiency", "description", "source",
     }
 )  # fmt: skip
 _LINK_KEYS = frozenset({"from", "to", "latency_us", "gbps", "zero_copy", "bidirectional", "source"})
 _POWER_KEYS = frozenset({"active_w", "idle_w", "source"})
 _NETWORK_KEYS = frozenset({"name", "rtt_ms", "up_mbps", "down_mbps", "radio_w", "source"})
+
+
+_REMOTE_KEYS = frozenset({"tracker", "key", "tvm_target", "cc", "wait_s", "session_timeout_s"})
+MAX_WAIT_S = 24 * 3600.0
+
+
+def _remote(check: _Checker, raw: Any, kind: str) -> Remote | None:
+    """The tracker and key of a remote target; required for ``remote``, refused elsewhere."""
+    if raw is None:
+        if kind == "remote":
+            check.problem("remote", "is required for a remote target: {tracker, key}")
+        return None
+    if kind != "remote":
+        check.problem("remote", f"only a remote target names a device, this one is {kind}")
+        return None
+    if not isinstance(raw, Mapping):
+        check.problem("remote", "must be a mapping {tracker: 'host:port', key: '...'}")
+        return None
+    check.keys(raw, "remote", _REMOTE_KEYS, required=("tracker", "key"))
+    host, port = parse_tracker(check, raw.get("tracker"), "remote.tracker")
+    key = check.text(raw.get("key"), "remote.key")
+    if key and (len(key) > 200 or any(c.isspace() for c in key)):
+        check.problem("remote.key", "must be at most 200 characters with no spaces")
+    target = raw.get("tvm_target")
+    if target is not None and not (
+        isinstance(target, Mapping)
+        and target.get("kind") == "llvm"
+        and all(isinstance(k, str) and isinstance(v, str | int | bool) for k, v in target.items())
+    ):
+        check.problem(
+            "remote.tvm_target",
+            "must be an LLVM target mapping, e.g. "
+            "{kind: llvm, mtriple: aarch64-linux-gnu, mcpu: cortex-a76}",
+        )
+        target = None
+    cc = raw.get("cc")
+    if cc is not None and not (isinstance(cc, str) and cc and len(cc) < 300):
+        check.problem("remote.cc", "must be the name or path of a compiler")
+        cc = None
+    wait = check.number(raw.get("wait_s", 300.0), "remote.wait_s")
+    timeout = check.number(
+        raw.get("session_timeout_s", 3600.0), "remote.session_timeout_s", positive=True
+    )
+    for name, value in (("wait_s", wait), ("session_timeout_s", timeout)):
+        if value is not None and value > MAX_WAIT_S:
+            check.problem(f"remote.{name}", f"must be at most {MAX_WAIT_S:g} s")
+    if host is None or not key:
+        return None
+    return Remote(
+        tracker_host=host,
+        tracker_port=port,
+        key=key,
+        tvm_target=dict(target) if target else None,
+        cc=cc,
+        wait_s=300.0 if wait is None else min(wait, MAX_WAIT_S),
+        session_timeout_s=3600.0 if timeout is None else min(timeout, MAX_WAIT_S),
+    )
+
+
+def parse_tracker(check: _Checker, value: Any, path: str) -> tuple[str | None, int]:
+    """``host:port`` of a TVM RPC tracker (``[v6addr]:port`` too)."""
+    if not isinstance(value, str) or ":" not in value:
+        check.problem(path, "must be 'host:port', e.g. 127.0.0.1:9190")
+        return None, 0
+    host, _, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or len(host) > 253 or any(c.isspace() or c in "/@?#" for c in host):
+        check.problem(path, f"'{host}' is not a host name or address")
+        return None, 0
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        check.problem(path, f"port must be a number from 1 to 65535, got '{port_text}'")
+        return None, 0
+    return host, int(port_text)
 
 
 def _units(check: _Checker, raw: Any) -> list[Unit]:
@@ -181,6 +259,11 @@ def _units(check: _Checker, raw: Any) -> list[Unit]:
                 supports=_supports(check, item.get("supports", "all"), f"{path}.supports"),
                 local_buffer_bytes=local,
                 global_buffer_bytes=global_,
+                global_buffer_bw_gbps=check.number(
+                    item.get("global_buffer_bw_gbps"),
+                    f"{path}.global_buffer_bw_gbps",
+                    positive=True,
+                ),
                 efficiency=_efficiency(check, item.get("efficiency", {}), f"{path}.efficiency"),
                 description=str(item.get("description") or ""),
                 source=check.source(item.get("source"), f"{path}.source"),

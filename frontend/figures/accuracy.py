@@ -187,6 +187,44 @@ def layer_errors_by_node(report: dict) -> dict[str, dict]:
     return found
 
 
+def fp16_variant_table(report: dict) -> dict | None:
+    """The three fp16 builds and the scale factors (candidate ``fp16-scaled`` only).
+
+    ``{"measured", "overflows_avoided", "rows": [{"variant", "verdict", "cells"}],
+    "factors": [{"node", "op_type", "kind", "factor", "formula", "range_in"}]}``.
+    """
+    section = report.get("fp16_variants")
+    if not section:
+        return None
+    rows = [
+        {
+            "variant": name,
+            "verdict": row.get("verdict", "unknown"),
+            "cells": [
+                _number(row.get("max_abs")),
+                _number(row.get("mean_rel")),
+                _cell("snr_db", row.get("snr_db")),
+                _number(row.get("overflowed_tensors")),
+            ],
+        }
+        for name, row in section.get("variants", {}).items()
+    ]
+    factors = [
+        {
+            **{k: f.get(k) for k in ("node", "op_type", "kind", "formula")},
+            "factor": f"2^{f['log2']}" if f.get("log2") is not None else _number(f.get("factor")),
+            "range_in": _number(f.get("range_in")),
+        }
+        for f in section.get("scaling", {}).get("factors", [])
+    ]
+    return {
+        "measured": section.get("measured", ""),
+        "overflows_avoided": section.get("overflows_avoided"),
+        "rows": rows,
+        "factors": factors,
+    }
+
+
 def _positive(value) -> float:
     return value if isinstance(value, int | float) and value > 0 else EXACT_FLOOR
 

@@ -165,8 +165,16 @@ def test_a_chosen_unit_that_cannot_run_everything_has_no_total(capsys):
     assert code == 0 and result["latency_ms"] is None and result["unit"] == "dsp"
 
 
-def test_unknown_numbers_stay_unknown(capsys):
-    code, out, _ = run(capsys, "profile", SQUEEZENET, "--target", "dsa-graphturbo", "--json")
+def test_unknown_numbers_stay_unknown(capsys, tmp_path):
+    # The DSA preset with its (assumed) throughput and bandwidth taken out again.
+    from engine.targets import get_target
+
+    profile = get_target("dsa-graphturbo").to_dict()
+    unit = profile["units"][0]
+    unit.update(peak_gflops={"fp32": None, "fp16": None, "int8": None}, mem_bw_gbps=None)
+    path = tmp_path / "bare-dsa.json"
+    path.write_text(json.dumps({**profile, "name": "bare-dsa"}))
+    code, out, _ = run(capsys, "profile", SQUEEZENET, "--target", str(path), "--json")
     assert code == 0 and json.loads(out)["latency_ms"] is None
 
 

@@ -56,3 +56,27 @@ def analysis_of(source: str | Path):
     from engine.graph import analyze_model
 
     return analyze_model(source if isinstance(source, Path) else zoo_model(source))
+
+
+def overflow_model(seed: int = 0, weight_std: float = 300.0) -> onnx.ModelProto:
+    """An MLP whose activations pass fp16's 65504 on unit-normal inputs: two 64-wide
+    MatMul + bias layers with weights of std ``weight_std`` (outputs around 1e6)."""
+    rng = np.random.default_rng(seed)
+
+    def tensor(name, shape, std):
+        return numpy_helper.from_array(rng.normal(0, std, shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h1"], name="mm1"),
+        helper.make_node("Add", ["h1", "b1"], ["a1"], name="add1"),
+        helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
+        helper.make_node("Add", ["h2", "b2"], ["y"], name="add2"),
+    ]
+    weights = [
+        tensor("w1", (64, 64), weight_std),
+        tensor("b1", (64,), 10.0),
+        tensor("w2", (64, 16), weight_std),
+        tensor("b2", (16,), 10.0),
+    ]
+    return build(nodes, [("x", [4, 64])], [("y", [4, 16])], weights)

@@ -36,6 +36,8 @@ NODE_KEYS = {
     "inputs",
     "outputs",
     "output_shapes",
+    "output_bytes",
+    "attributes",
     "macs",
     "flops",
     "params",
@@ -67,6 +69,8 @@ def test_to_dict_has_exactly_the_documented_keys(conv_model, save):
     assert result["ops"] == {"Conv": 1, "Relu": 1}
     assert result["inputs"] == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
     assert result["node_list"][0]["output_shapes"] == [[1, 16, 32, 32]]
+    assert result["node_list"][0]["output_bytes"] == [16 * 32 * 32 * 4]
+    assert result["node_list"][1]["attributes"] == {}
     assert json.loads(json.dumps(result)) == result
 
 

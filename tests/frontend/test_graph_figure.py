@@ -277,3 +277,47 @@ def test_an_added_categorical_metric_can_open_the_view():
     metric = next(m for m in payload["metrics"] if m["key"] == "unit")
     assert metric["kind"] == "categorical"
     assert graph_payload(analysis)["initial_metric"] == payload["metrics"][0]["key"]
+
+
+def test_op_boxes_carry_key_attributes_in_a_fixed_order():
+    from frontend.figures.graph.payload import key_attributes
+
+    conv = {"pads": [1, 1, 1, 1], "strides": [2, 2], "kernel_shape": [3, 3], "dilations": [1, 1]}
+    assert key_attributes(conv) == "kernel 3×3 · stride 2×2 · pad 1"
+    assert key_attributes({"strides": [1, 1], "pads": [0, 0, 0, 0], "group": 32}) == "group 32"
+    assert key_attributes({"value": "x" * 40, "axis": 1}) == "axis 1"
+    assert key_attributes(None) == ""
+
+
+def test_the_layout_is_built_once_per_analysis_with_a_store():
+    from frontend.figures.graph import store
+
+    class Memory(dict):
+        put = dict.__setitem__
+
+    model, kept = residual_net(3), Memory()
+    store.use_store(kept)
+    try:
+        first = graph_payload(model)
+        again = graph_payload(json.loads(json.dumps(model)))  # the same analysis, re-read
+        with_latency = graph_payload(model, {"lat": Metric("latency", values={"stem": 2.0})})
+        changed = graph_payload(residual_net(4))
+    finally:
+        store.use_store(None)
+    assert len(kept) == 2  # two analyses, four views
+    assert again == first and with_latency["nodes"] == first["nodes"]
+    assert [m["key"] for m in with_latency["metrics"]][-1] == "lat"
+    assert changed["nodes"]["name"] != first["nodes"]["name"]
+
+
+def test_overlays_of_several_stages_meet_in_one_view():
+    from frontend.figures.graph import combine_overlays
+
+    model = residual_net(2)
+    latency = graph_payload(model, {"lat": Metric("latency", values={"stem": 2.0})})
+    unit = graph_payload(
+        model, {"unit": Metric("unit", "categorical", {"stem": "gpu"}, aggregate="mode")}
+    )
+    combined = combine_overlays([latency, unit])
+    keys = [m["key"] for m in combined["metrics"]]
+    assert keys[-2:] == ["unit", "lat"] and len(keys) == len(set(keys))

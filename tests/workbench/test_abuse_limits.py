@@ -5,8 +5,10 @@ and what to do, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
@@ -14,8 +16,11 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from engine.stages import RunOptions
+from jobs.artifacts import save_artifact
 from tests.conftest import SQUEEZENET
-from workbench.models import OnnxModel, Run, Target
+from workbench import limits, pipeline
+from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.uploads import store_model_file
 
 pytestmark = pytest.mark.django_db
@@ -134,13 +139,68 @@ def test_stored_bytes_have_a_quota(api, user, settings, _media_root):
     error = response.json()["error"]
     assert error["code"] == "storage_quota"
     assert "over your quota of 0.00 GB" in error["message"]
-    assert "Delete models or input sets" in error["message"]
+    assert "Delete models, input sets or runs (their artifacts)" in error["message"]
     assert not OnnxModel.objects.exists()
     assert (
         not [p for p in (_media_root / "models").rglob("*") if p.is_file()]
         if (_media_root / "models").exists()
         else True
     )
+
+
+def test_artifacts_count_in_the_quota_and_the_account_page_shows_it(
+    api, user, settings, tmp_path, monkeypatch
+):
+    model = store_model_file(SQUEEZENET, owner=user, name="sq.onnx")
+    monkeypatch.setattr("workbench.pipeline.enqueue_stage", lambda stage: None)
+    run = pipeline.create_run(
+        owner=user,
+        model=model,
+        target=Target.objects.get(name="host"),
+        options=RunOptions.from_dict(["analyze"]),
+    )
+    produced = tmp_path / "lib.so"
+    produced.write_bytes(b"\0" * 30_000)
+    artifact = save_artifact(run.stages.get(), "compiled_library", produced)
+    # a retried run's kept artifact is a second row on the same file: stored once
+    Artifact.objects.create(
+        run=run,
+        stage="compile",
+        kind=artifact.kind,
+        file=artifact.file,
+        name="kept.so",
+        sha256=artifact.sha256,
+        size_bytes=artifact.size_bytes,
+    )
+    stored = limits.stored_bytes(user)
+    assert (stored.models, stored.input_sets, stored.artifacts) == (model.size_bytes, 0, 30_000)
+    # room for the model twice over, but not with the artifact
+    settings.MAX_STORED_BYTES = 2 * model.size_bytes + 1_000
+    npz = tmp_path / "x.npz"
+    np.savez(npz, **{model.inputs[0]["name"]: np.zeros((1,), np.float32)})
+    response = api.post(
+        f"/api/v1/models/{model.pk}/inputs/",
+        {"file": SimpleUploadedFile("x.npz", npz.read_bytes())},
+        format="multipart",
+    )
+    assert response.status_code == 403, response.json()
+    assert response.json()["error"]["code"] == "storage_quota"
+
+    web = Client()
+    web.force_login(user)
+    page = web.get("/accounts/").text
+    rows = re.findall(r"<tr><t[dh][^>]*>([^<]+)</t[dh]><td>([^<]+)</td><td>([^<]+)</td></tr>", page)
+    assert rows == [
+        ("Models", f"{model.size_bytes / 1e3:.2f} kB", str(model.size_bytes)),
+        ("Input sets", "0 B", "0"),
+        ("Run artifacts", "30.00 kB", "30000"),
+        (
+            "Used of your quota",
+            f"{(model.size_bytes + 30_000) / 1e3:.2f} kB of "
+            f"{settings.MAX_STORED_BYTES / 1e3:.2f} kB",
+            f"{model.size_bytes + 30_000} of {settings.MAX_STORED_BYTES}",
+        ),
+    ]
 
 
 def test_tokens_expire_list_without_keys_and_revoke(user, settings):
@@ -154,7 +214,8 @@ def test_tokens_expire_list_without_keys_and_revoke(user, settings):
     assert token.key not in listed.text
 
     settings.API_TOKEN_DAYS = 1
-    Token.objects.filter(pk=token.pk).update(created=timezone.now() - timedelta(days=2))
+    token.created = timezone.now() - timedelta(days=2)
+    token.save()  # a saved token is read again, not taken from the token cache
     expired = client.get("/api/v1/models/")
     assert expired.status_code == 401
     assert "the API token expired on" in expired.json()["error"]["message"]

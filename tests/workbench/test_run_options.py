@@ -18,6 +18,16 @@ pytestmark = pytest.mark.django_db
         ({"profile_window_s": True}, "options.profile.window_s", "expected a number"),
         ({"options": {"profile": {"threads": 2.5}}}, "options.profile.threads", "whole number"),
         ({"options": {"profile": {"speed": 1}}}, "options.profile.speed", "unknown option"),
+        (
+            {"options": {"partition": {"objective": "cheap"}}},
+            "options.partition.objective",
+            "is not one of latency, energy, weighted",
+        ),
+        (
+            {"options": {"partition": {"latency_cap_ms": -5}}},
+            "options.partition.latency_cap_ms",
+            "must be at least",
+        ),
         ({"options": {"teleport": {}}}, "options.teleport", "unknown stage"),
         ({"options": {"memory": []}}, "options.memory", "expected an object"),
         ({"options": []}, "options", "expected an object"),

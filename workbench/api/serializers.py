@@ -35,7 +35,8 @@ class OnnxModelSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_analyzed(self, obj: OnnxModel) -> bool:
-        return obj.analysis is not None
+        has_analysis = getattr(obj, "has_analysis", None)  # the list's annotation
+        return obj.analysis is not None if has_analysis is None else has_analysis
 
 
 class UploadedModelSerializer(OnnxModelSerializer):
@@ -309,7 +310,7 @@ class RunSnapshotSerializer(serializers.Serializer):
 
 class RunSerializer(serializers.ModelSerializer):
     model = serializers.IntegerField(source="model_id", read_only=True)
-    target = serializers.CharField(source="target.name", read_only=True)
+    target = serializers.SerializerMethodField(help_text="the target's name")
     snapshot = serializers.SerializerMethodField()
 
     class Meta:
@@ -326,6 +327,11 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_target(self, obj: Run) -> str:
+        # the API's runs carry the name alone (RunViewSet.get_queryset), not the target row
+        name = getattr(obj, "target_name", None)
+        return obj.target.name if name is None else name
 
     @extend_schema_field(RunSnapshotSerializer)
     def get_snapshot(self, obj: Run) -> dict:

@@ -9,6 +9,7 @@ from workbench.api.compare import (
     ModelHistoryView,
     RunFiguresView,
 )
+from workbench.api.workers import WorkerListView
 from workbench.tokens import TokenView
 
 router = DefaultRouter()
@@ -24,6 +25,7 @@ urlpatterns = [
     # Content-Security-Policy (script-src 'self') holds on this page too
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("compare/", CompareView.as_view(), name="api-compare"),
+    path("workers/", WorkerListView.as_view(), name="api-workers"),
     path("runs/<int:pk>/figures/", RunFiguresView.as_view(), name="api-run-figures"),
     path("models/<int:pk>/history/", ModelHistoryView.as_view(), name="api-model-history"),
     path("models/<int:pk>/baseline/", ModelBaselineView.as_view(), name="api-model-baseline"),

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.db.models import BooleanField, ExpressionWrapper, F, Q
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
@@ -33,10 +34,11 @@ from workbench.api.serializers import (
     UploadedModelSerializer,
     UploadSerializer,
 )
+from workbench.devices import tracker_devices
 from workbench.downloads import artifact_response
 from workbench.limits import LimitExceeded
 from workbench.models import Artifact, OnnxModel, Run, Status, Target
-from workbench.snapshots import light_stages
+from workbench.snapshots import snapshot_stages
 from workbench.targets import (
     TargetRejected,
     delete_user_target,
@@ -96,7 +98,14 @@ class ModelViewSet(
     ordering = ["-created_at", "-id"]
 
     def get_queryset(self):
-        return OnnxModel.objects.filter(owner=self.request.user)
+        models = OnnxModel.objects.filter(owner=self.request.user)
+        if self.action == "list":
+            # whether each has an analysis, without reading the analyses (megabytes of JSON
+            # for a large model, decoded for every model listed)
+            models = models.defer("analysis").annotate(
+                has_analysis=ExpressionWrapper(Q(analysis__isnull=False), BooleanField())
+            )
+        return models
 
     @extend_schema(
         summary="Upload a model",
@@ -262,6 +271,18 @@ class TargetViewSet(viewsets.ReadOnlyModelViewSet):
             return error_response("target_in_use", e.message, 409)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
+    @extend_schema(
+        summary="The devices behind a remote target",
+        description="What the target's RPC tracker reports now: per device key, the devices "
+        "registered, how many are free and how many requests wait. Empty for other kinds; "
+        "a tracker that does not answer gives its error.",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"])
+    def devices(self, request, pk=None):
+        target = get_object_or_404(visible_targets(request.user), pk=pk)
+        return Response({"target": target.name, "trackers": tracker_devices([target])})
+
     def _save(self, document, http_status):
         try:
             target = save_user_target(self.request.user, parse_profile(document, parsed=True))
@@ -308,10 +329,11 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     ordering = ["-created_at", "-id"]
 
     def get_queryset(self):
+        # the target's name, not its row: a profile is JSON to decode for every run listed
         return (
             Run.objects.filter(owner=self.request.user)
-            .select_related("target")
-            .prefetch_related(light_stages())
+            .annotate(target_name=F("target__name"))
+            .prefetch_related(snapshot_stages())
         )
 
     @extend_schema(summary="A run: its state and every stage's")
@@ -422,20 +444,23 @@ class ArtifactViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         summary="Download an artifact",
         description="The file's bytes, as an attachment, with its sha256 in "
-        "`X-Content-SHA256`: check it before use.",
+        "`X-Content-SHA256`: check it before use. Where the server keeps files in object "
+        "storage with presigned downloads on, the answer is a 302 to a link that is valid "
+        "for a few minutes: follow it without this API's `Authorization` header.",
         parameters=[
             OpenApiParameter(
                 "X-Content-SHA256",
                 str,
                 OpenApiParameter.HEADER,
-                response=[200],
+                response=[200, 302],
                 description="The file's sha256, hex.",
             )
         ],
         responses={
             (200, "application/octet-stream"): OpenApiResponse(
                 OpenApiTypes.BINARY, description="The file."
-            )
+            ),
+            302: OpenApiResponse(description="`Location`: a presigned link to the file."),
         },
     )
     @action(detail=True, methods=["get"])

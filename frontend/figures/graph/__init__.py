@@ -29,7 +29,7 @@ from frontend.figures.graph.layout import (
     layout_graph,
 )
 from frontend.figures.graph.metrics import Metric, builtin_metrics
-from frontend.figures.graph.payload import graph_payload
+from frontend.figures.graph.payload import combine_overlays, graph_payload, with_metrics
 
 __all__ = [
     "GAP",
@@ -42,6 +42,7 @@ __all__ = [
     "Layout",
     "Metric",
     "builtin_metrics",
+    "combine_overlays",
     "count_crossings",
     "cut_modules",
     "default_collapsed",
@@ -52,4 +53,5 @@ __all__ = [
     "satellites",
     "straight_chains",
     "visible_items",
+    "with_metrics",
 ]

@@ -13,8 +13,8 @@ class Metric:
     """A per-node figure the view can colour by.
 
     ``values`` is aligned with the node list or keyed by node name (missing: unknown);
-    ``aggregate`` gives a group's value: "sum", "mode", "min" or a function of member
-    indices.
+    ``aggregate`` gives a group's value: "sum", "mode", "min", "max" or a function of
+    member indices.
     """
 
     label: str
@@ -57,9 +57,11 @@ def builtin_metrics(nodes: Sequence[dict]) -> dict[str, Metric]:
     }
 
 
-def metric_payload(key: str, metric: Metric, names: list[str], members_of: list[list[int]]) -> dict:
-    """A metric as the view reads it: values per node and per group (``members_of``),
-    categories as codes."""
+def metric_payload(
+    key: str, metric: Metric, names: list[str], members_of: list[list[int]] | None
+) -> dict:
+    """A metric as the view reads it: values per node and per group (``members_of``; with
+    None the browser aggregates them, by ``aggregate``), categories as codes."""
     if isinstance(metric.values, Mapping):
         values = [metric.values.get(name) for name in names]
     else:
@@ -67,13 +69,18 @@ def metric_payload(key: str, metric: Metric, names: list[str], members_of: list[
         if len(values) != len(names):
             raise ValueError(f"metric {key!r} has {len(values)} values for {len(names)} nodes")
     aggregate = metric.aggregate
-    if aggregate == "sum":
+    if members_of is None:
+        if callable(aggregate):
+            raise ValueError(f"metric {key!r}: the browser cannot aggregate by a function")
+        group_values = None
+    elif aggregate == "sum":
         group_values = [_sum([values[v] for v in members]) for members in members_of]
     elif aggregate == "mode":
         group_values = [_mode([values[v] for v in members]) for members in members_of]
-    elif aggregate == "min":  # e.g. a group's worst layer by SNR
+    elif aggregate in ("min", "max"):  # e.g. a group's worst layer by SNR
+        pick = min if aggregate == "min" else max
         group_values = [
-            min((values[v] for v in members if values[v] is not None), default=None)
+            pick((values[v] for v in members if values[v] is not None), default=None)
             for members in members_of
         ]
     elif callable(aggregate):
@@ -86,6 +93,7 @@ def metric_payload(key: str, metric: Metric, names: list[str], members_of: list[
         "kind": metric.kind,
         "unit": metric.unit,
         "scale": metric.scale,
+        "aggregate": aggregate if isinstance(aggregate, str) else "custom",
     }
     if metric.kind == "categorical":
         counts = Counter(value for value in values if value is not None)
@@ -93,10 +101,12 @@ def metric_payload(key: str, metric: Metric, names: list[str], members_of: list[
         code = {value: index for index, value in enumerate(categories)}
         payload["categories"] = categories
         payload["values"] = [code.get(value) for value in values]
-        payload["group_values"] = [code.get(value) for value in group_values]
+        if group_values is not None:
+            payload["group_values"] = [code.get(value) for value in group_values]
     else:
         payload["values"] = values
-        payload["group_values"] = group_values
+        if group_values is not None:
+            payload["group_values"] = group_values
     return payload
 
 

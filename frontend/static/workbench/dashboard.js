@@ -83,7 +83,10 @@
     if (bar) bar.value = run.progress;
     var message = row.querySelector('[data-field="message"]');
     var running = run.stages.filter(function (s) { return s.status === "running"; })[0];
+    // nothing running: a queued stage may say it waits for a worker serving its target
+    var waiting = run.stages.filter(function (s) { return s.status === "queued" && /^waiting/.test(s.message || ""); })[0];
     if (message && running) message.textContent = running.stage + ": " + (running.message || "running");
+    else if (message && waiting) message.textContent = waiting.stage + ": " + waiting.message;
   }
 
   document.addEventListener("workbench:run", function (event) { apply(event.detail); });

@@ -47,6 +47,9 @@
   function apply(message) {
     var run = message.run;
     var before = known[run.id];
+    // An end is final (a retry is a new run): a snapshot taken before it and delivered
+    // after it (a worker's last progress racing the web's cancel) must not revive the run.
+    if (terminal.indexOf(before) >= 0 && terminal.indexOf(run.status) < 0) return;
     known[run.id] = run.status;
     show(run);
     var ended = terminal.indexOf(run.status) >= 0;

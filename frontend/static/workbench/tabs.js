@@ -1,8 +1,9 @@
-// One stage's results at a time: a tab per stage (every panel shows without JS). The
+// One panel at a time: a tab per stage on the run page, overview / graph / runs on the
+// model page (every panel shows without JS). The
 // address keeps the open tab (#tab-memory), so a link opens it; arrow keys move between
 // tabs; figures drawn in a hidden panel are resized when it opens.
 (function () {
-  var bar = document.getElementById("stage-tabs");
+  var bar = document.querySelector('nav.tabs[role="tablist"]');
   if (!bar) return;
   var tabs = Array.prototype.slice.call(bar.querySelectorAll('[role="tab"]'));
   if (tabs.length < 2) { bar.hidden = true; return; }

@@ -1,5 +1,6 @@
 """``manage.py orphans [--delete]``: stored files no row refers to (see
-``workbench.storage_hygiene``), with their total size; ``--delete`` removes them."""
+``workbench.storage_hygiene``): storage names, then this machine's files by path, with
+their total size; ``--delete`` removes them."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, delete: bool, **options) -> None:
         orphans = find_orphans()
-        for path in orphans.files:
-            self.stdout.write(str(path))
+        for name in orphans.files:
+            self.stdout.write(name)
         total = orphans.bytes
         summary = f"{len(orphans.files)} orphaned file(s), {total / 1e6:,.1f} MB"
         if delete:
-            freed = remove(orphans.files)
+            freed = remove(orphans)
             self.stdout.write(
                 self.style.SUCCESS(f"{summary}: removed, {freed / 1e6:,.1f} MB freed")
             )
