@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from engine.options import OptionsError
 from engine.report.headlines import headline_figures
@@ -170,14 +171,23 @@ def enqueue_stage(stage: StageResult) -> None:
     the target, the stage says so until one does (:func:`workers.refresh_waiting`)."""
     limit = stage_time_limit(stage.stage)
     target = stage.run.target
-    result = app.send_task(
-        RUN_STAGE_TASK,
-        args=[stage.pk],
-        queue=queue_for(target),
-        soft_time_limit=limit,
-        time_limit=limit + 60,
-    )
+    try:
+        result = app.send_task(
+            RUN_STAGE_TASK,
+            args=[stage.pk],
+            queue=queue_for(target),
+            soft_time_limit=limit,
+            time_limit=limit + 60,
+        )
+    except (KombuOperationalError, OSError):
+        # The broker is down (restarting): the run is stored and stays queued, saying so;
+        # the reaper sends it again once the broker answers (resend_unsent).
+        log.warning("could not send stage %s to the broker; it waits", stage.pk, exc_info=True)
+        StageResult.objects.filter(pk=stage.pk, status=Status.QUEUED).update(message=BROKER_DOWN)
+        publish_run(stage.run_id)
+        return
     StageResult.objects.filter(pk=stage.pk).update(task_id=result.id)
+    StageResult.objects.filter(pk=stage.pk, message=BROKER_DOWN).update(message="queued")
     waiting = workers.waiting_message(target)
     if waiting and StageResult.objects.filter(pk=stage.pk, status=Status.QUEUED).update(
         message=waiting
@@ -375,6 +385,22 @@ def beat(stage_id: int) -> bool:
     )
 
 
+BROKER_DOWN = (
+    "waiting: the job queue (the broker) could not be reached; the stage is sent again "
+    "as soon as it answers"
+)
+
+
+def resend_unsent() -> int:
+    """Send again the stages whose message never reached the broker (it was down)."""
+    unsent = StageResult.objects.filter(status=Status.QUEUED, task_id="", message=BROKER_DOWN)
+    sent = 0
+    for stage in unsent.select_related("run__target"):
+        enqueue_stage(stage)
+        sent += StageResult.objects.filter(pk=stage.pk).exclude(task_id="").exists()
+    return sent
+
+
 def reap_stale_stages(*, run_ids: Iterable[int] | None = None) -> int:
     """Fail running stages whose worker stopped sending heartbeats (killed, crashed, lost)."""
     cutoff = timezone.now() - timedelta(seconds=settings.RUN_STALE_SECONDS)
@@ -392,6 +418,8 @@ def reap_stale_stages(*, run_ids: Iterable[int] | None = None) -> int:
         reaped += fail_stage(stage.pk, code="worker_lost", message=message)
     if reaped:
         log.warning("reaped %d stage(s) whose worker was lost", reaped)
+    if run_ids is None:
+        resend_unsent()
     return reaped
 
 

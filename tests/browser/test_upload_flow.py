@@ -141,6 +141,8 @@ def test_profile_and_memory_show_the_tvm_build_next_to_ours(user, web, page):
     data = Path(download.value.path()).read_bytes()
     assert hashlib.sha256(data).hexdigest() == sha
     page.click("#run h1 a")
+    # the model page: overview, graph and runs tabs; the history lives with the runs
+    page.click("#tab-runs")
     expect(page.locator("#history")).to_be_visible()
     timings["model page"] = interactive_ms(page)
     assert accessibility_problems(page) == []

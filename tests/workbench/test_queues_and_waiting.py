@@ -218,3 +218,31 @@ def test_the_targets_page_counts_live_workers(client, user, shared):
     assert '<td data-field="live-workers">1</td>' in row[: row.index("</tr>")]
     host = page[page.index(">host</a>") :]
     assert "none: its runs wait" in host[: host.index("</tr>")]
+
+
+def test_a_broker_that_is_down_leaves_the_run_queued_and_it_is_sent_later(
+    user, model, shared, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Upload during a broker restart: no 500, the run stays queued and says why, and the
+    reaper sends it once the broker answers again (seen in CI when a fault test restarted
+    RabbitMQ under a browser upload)."""
+    from kombu.exceptions import OperationalError
+
+    def down(*_args, **_kwargs):
+        raise OperationalError("[Errno 111] Connection refused")
+
+    monkeypatch.setattr(pipeline.app, "send_task", down)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = pipeline.create_run(
+            owner=user, model=model, target=modeled(user, "phone"),
+            options=RunOptions.from_dict(["analyze"]),
+        )  # fmt: skip
+    stage = run.stages.get()
+    assert stage.status == "queued" and stage.task_id == ""
+    assert stage.message == pipeline.BROKER_DOWN
+    assert workers.refresh_waiting() == 0  # the broker's message is not overwritten
+
+    monkeypatch.setattr(pipeline.app, "send_task", lambda *a, **k: type("R", (), {"id": "t2"}))
+    pipeline.reap_stale_stages()
+    stage.refresh_from_db()
+    assert stage.task_id == "t2" and stage.message != pipeline.BROKER_DOWN
