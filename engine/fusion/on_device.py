@@ -19,10 +19,10 @@ import numpy as np
 
 from engine.errors import ProgressFn
 from engine.fusion.compile import CompileConfig, compile_model
+from engine.fusion.device_measure import measure_artifact
 from engine.fusion.standalone import example_inputs
 from engine.fusion.target import TargetSpec
 from engine.remote.device import DeviceSession, open_device
-from engine.remote.measure import measure_artifact
 from engine.targets.profile import Remote
 
 

@@ -105,7 +105,7 @@ class _TvmSegment:
         result = self.vm["main"](*self.arguments(values))
         names = self.spec["outputs"]
         outputs = [result] if len(names) == 1 else list(result)
-        return {n: _to_numpy(o) for n, o in zip(names, outputs, strict=True)}
+        return {n: to_numpy(o) for n, o in zip(names, outputs, strict=True)}
 
 
 _LOADED: dict[str, tuple[int, int]] = {}
@@ -128,7 +128,7 @@ def _loadable(library: Path) -> str:
     return str(copy)
 
 
-def _to_numpy(value) -> np.ndarray:
+def to_numpy(value) -> np.ndarray:
     """A VM result as an array: a tensor, a shape (the output of an ONNX ``Shape``, an
     int64 vector) or a scalar."""
     if hasattr(value, "numpy"):

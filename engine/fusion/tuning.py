@@ -270,8 +270,8 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
 def _time_defaults_on_device(seg, mod, spec, workloads, library: Path) -> None:
     """The default schedules' kernels, each timed alone on the remote device (the VM's
     instrument hook does not cross RPC); a kernel counts once per call site."""
+    from engine.fusion.device_measure import time_kernel_library
     from engine.remote.device import open_device
-    from engine.remote.measure import time_kernel_library
 
     with open_device(spec.remote) as opened:
         times = time_kernel_library(opened, library, repeats=3)

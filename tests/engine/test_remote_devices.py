@@ -106,8 +106,8 @@ def test_profile_and_compile_measure_on_the_device_and_name_it(devices, save, tm
 def test_the_devices_outputs_match_onnxruntime_on_the_same_inputs(devices, save, tmp_path):
     """What the device computed is compared with onnxruntime here, input for input."""
     from engine.fusion.compile import CompileConfig, compile_model
+    from engine.fusion.device_measure import measure_artifact
     from engine.fusion.on_device import device_target
-    from engine.remote.measure import measure_artifact
 
     path = save(small_model())
     target = remote_target(devices.address, "board")

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import EngineError, ProgressFn
+from engine.fusion.artifact import sha256_file
+from engine.fusion.standalone import to_numpy
 from engine.remote.device import DeviceSession, device_errors
 
 MAX_KERNEL_ARG_BYTES = 256 << 20  # a kernel whose arguments are larger is not timed alone
@@ -95,7 +97,7 @@ class _RemoteSegment:
         session = opened.session
         library = staging / spec["library"]
         # a name of its own per build: the device's loader caches libraries by path
-        stem = f"wb-{_digest(library)}"
+        stem = f"wb-{sha256_file(library)[:16]}"
         session.upload(str(library), f"{stem}.so")
         self.vm = relax.VirtualMachine(session.load_module(f"{stem}.so"), self.dev)
         with np.load(staging / spec["params"]) as params:
@@ -116,7 +118,7 @@ class _RemoteSegment:
         result = self.vm["main"](*self.arguments(values))
         names = self.spec["outputs"]
         outputs = [result] if len(names) == 1 else list(result)
-        return {n: _to_numpy(o) for n, o in zip(names, outputs, strict=True)}
+        return {n: to_numpy(o) for n, o in zip(names, outputs, strict=True)}
 
     def time(self, values: dict, repeats: int, min_repeat_ms: int) -> list[float]:
         """Milliseconds per run, one figure per repeat."""
@@ -137,7 +139,7 @@ class _RemoteSegment:
 def time_kernel_library(opened: DeviceSession, library: Path, repeats: int = 5) -> dict:
     """Upload a kernels' library (and its ``.json`` of arguments) and time each kernel
     alone on the device: ``{func: median us or None}``."""
-    name = f"wb-{_digest(library)}.kernels.so"
+    name = f"wb-{sha256_file(library)[:16]}.kernels.so"
     with device_errors(opened):
         opened.session.upload(str(library), name)
         module = opened.session.load_module(name)
@@ -168,21 +170,3 @@ def _random(shape: list[int], dtype: str, rng) -> np.ndarray:
     if dtype == "bool":
         return rng.integers(0, 2, shape).astype(bool)
     return rng.integers(0, 2, shape).astype(dtype)  # indices stay in range
-
-
-def _to_numpy(value) -> np.ndarray:
-    if hasattr(value, "numpy"):
-        return value.numpy()
-    if isinstance(value, bool | int | float):
-        return np.asarray(value)
-    return np.asarray([int(d) for d in value], dtype=np.int64)
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
