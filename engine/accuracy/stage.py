@@ -102,7 +102,14 @@ def _candidate(prepared: PreparedModel, reference, options: AccuracyOptions, inp
                 "partition stage found none",
                 hint="See the partition stage's result; pick another candidate.",
             )
-        placement = plan["results"][best]["placement"]
+        placement = plan["results"][best].get("placement")
+        if placement is None:
+            raise CandidateError(
+                f"the partitioned candidate runs each op on its unit, and this run's plan "
+                f"({best}) plans on the graph instead: it places no op on a unit",
+                hint="Partition with a placement algorithm (hope-ilp, heft, ...) for this "
+                "candidate, or pick another candidate.",
+            )
         return make_candidate("partitioned", prepared.model, placement=placement)
     if name == "other":
         other = inputs.files.get("other_model")

@@ -48,8 +48,9 @@ with np.load(feeds_path) as data:
     feeds = {k: data[k] for k in data.files}
 if kind == "compiled":
     sys.path.insert(0, path)
-    from run import CompiledModel  # the artifact's own runner
+    from run import CompiledModel, aligned  # the artifact's own runner
     import tvm  # noqa: F401  (imported before the baseline, as onnxruntime is below)
+    feeds = {k: aligned(v) for k, v in feeds.items()}  # as an application would hand them
     before = status_bytes("VmRSS")
     model = CompiledModel(path, threads=threads)
     run = lambda: model.run(feeds)

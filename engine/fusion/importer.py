@@ -97,6 +97,7 @@ def prepare(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
         del out.graph.initializer[:]
         out.graph.initializer.extend(weights)
     _pretranspose_gemm_weights(out)
+    _global_pools(out)
     return out
 
 
@@ -131,6 +132,57 @@ def _pretranspose_gemm_weights(model: onnx.ModelProto) -> None:
         array = numpy_helper.to_array(weight).T.copy()
         weight.CopyFrom(numpy_helper.from_array(array, weight.name))
         trans_b.i = 0
+
+
+_GLOBAL_POOLS = {"AveragePool": "GlobalAveragePool", "MaxPool": "GlobalMaxPool"}
+
+
+def _global_pools(model: onnx.ModelProto) -> None:
+    """A pool whose window covers its whole input (one output position, no padding) as
+    the global pool it is. transformers' EfficientNet pools 7x7 with a 640x640 window in
+    ceil mode; TVM's pool loops over every window position, bounds-checked: 150 ms where
+    onnxruntime takes 0.03. Average over the window clipped to the input is the global
+    mean whether or not padding counts (no padding here), as onnxruntime computes it.
+    A pool whose input shape is unknown is left as it is."""
+    shapes = {
+        v.name: [
+            d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim
+        ]
+        for v in (*model.graph.input, *model.graph.value_info)
+        if v.type.tensor_type.HasField("shape")
+    }
+    for node in model.graph.node:
+        if node.op_type not in _GLOBAL_POOLS or len(node.output) != 1 or node.domain:
+            continue
+        dims = shapes.get(node.input[0])
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if not dims or len(dims) < 3 or any(d is None for d in dims[2:]):
+            continue
+        spatial = dims[2:]
+        kernel = list(attrs.get("kernel_shape", []))
+        if (
+            len(kernel) != len(spatial)
+            or any(k < d for k, d in zip(kernel, spatial, strict=True))
+            or any(attrs.get("pads", [0]))
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"VALID")
+            or any(x != 1 for x in attrs.get("dilations", [1]))
+            or _pooled_extents(spatial, kernel, attrs) != [1] * len(spatial)
+        ):
+            continue
+        node.op_type = _GLOBAL_POOLS[node.op_type]
+        del node.attribute[:]
+
+
+def _pooled_extents(spatial: list[int], kernel: list[int], attrs: dict) -> list[int] | None:
+    """Output positions per axis of an unpadded pool (ONNX's floor or ceil rule)."""
+    strides = list(attrs.get("strides", [1] * len(spatial)))
+    if len(strides) != len(spatial) or any(s < 1 for s in strides):
+        return None
+    ceil = bool(attrs.get("ceil_mode", 0))
+    return [
+        (-(-(d - k) // s) if ceil else (d - k) // s) + 1
+        for d, k, s in zip(spatial, kernel, strides, strict=True)
+    ]
 
 
 def import_onnx(

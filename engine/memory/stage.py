@@ -99,10 +99,12 @@ def _per_unit(
     the tensors of its own sub-models."""
     if not partition or not partition.get("best"):
         return None
+    placement = partition["results"][partition["best"]].get("placement")
+    if placement is None:  # a graph planner's plan (GraphTurbo, NN-Stretch): no per-op units
+        return None
     from engine.partition.export import split_model
 
-    best = partition["best"]
-    subs = split_model(prepared.model, partition["results"][best]["placement"])
+    subs = split_model(prepared.model, placement)
     per_unit: dict[str, dict] = {}
     for k, sub in enumerate(subs.submodels):
         progress(0.5 + 0.2 * k / len(subs.submodels), f"planning the {sub.unit} sub-model")

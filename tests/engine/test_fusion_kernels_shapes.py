@@ -1,0 +1,189 @@
+"""Kernels for the shapes real exports have: windows wider than their input (EfficientNet's
+pooler), extents no tile divides (ViT's 197 tokens), and the runner's hand-over of arrays
+to TVM without copies."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from engine.fusion import CompileConfig, compile_model
+from engine.fusion.importer import prepare
+from engine.fusion.standalone import CompiledModel, aligned
+
+
+def _model(nodes, inputs, output, initializers=()):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)],
+        list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _pool(kernel, ceil_mode, op="AveragePool", **extra):
+    return _model(
+        [
+            helper.make_node(
+                op,
+                ["x"],
+                ["y"],
+                name="pool",
+                kernel_shape=kernel,
+                strides=kernel,
+                ceil_mode=ceil_mode,
+                **extra,
+            )
+        ],
+        [("x", [1, 8, 7, 7])],
+        "y",
+    )
+
+
+def _op_types(model):
+    return [n.op_type for n in prepare(model, [n.name for n in model.graph.node]).graph.node]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "ceil_mode", "op", "expected"),
+    [
+        ([640, 640], 1, "AveragePool", "GlobalAveragePool"),  # transformers' EfficientNet
+        ([7, 7], 0, "AveragePool", "GlobalAveragePool"),
+        ([7, 7], 0, "MaxPool", "GlobalMaxPool"),
+        ([640, 640], 0, "AveragePool", "AveragePool"),  # floor mode: no output position
+        ([3, 3], 1, "AveragePool", "AveragePool"),  # windows over part of the input
+    ],
+)
+def test_a_pool_over_its_whole_input_becomes_the_global_pool(kernel, ceil_mode, op, expected):
+    assert _op_types(_pool(kernel, ceil_mode, op)) == [expected]
+
+
+def test_a_pool_whose_input_shape_is_unknown_stays_as_it_is():
+    model = _pool([640, 640], 1)
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    del model.graph.value_info[:]
+    assert _op_types(model) == ["AveragePool"]
+
+
+def test_a_padded_pool_stays_as_it_is():
+    assert _op_types(_pool([7, 7], 0, pads=[1, 1, 1, 1])) == ["AveragePool"]
+
+
+def test_the_global_pool_computes_what_onnxruntime_computes(tmp_path):
+    model = _pool([640, 640], 1, count_include_pad=1)
+    result = compile_model(
+        model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2)
+    )
+    assert result.backend == "tvm"
+    assert result.outputs_match
+    [kernel] = result.kernels
+    assert kernel.time_us is not None
+
+
+def _attention_scores(tokens: int, heads: int = 2, width: int = 64):
+    """Q @ K^T * scale, as a ViT's attention computes it at ``tokens`` tokens."""
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [0.125])
+    return _model(
+        [
+            helper.make_node("MatMul", ["q", "k"], ["s"], name="scores"),
+            helper.make_node("Mul", ["s", "scale"], ["y"], name="scaled"),
+        ],
+        [("q", [1, heads, tokens, width]), ("k", [1, heads, width, tokens])],
+        "y",
+        [scale],
+    )
+
+
+@pytest.mark.parametrize("tokens", [197, 50])
+def test_a_matmul_no_tile_divides_is_tiled_on_padded_operands(tokens, tmp_path):
+    result = compile_model(
+        _attention_scores(tokens),
+        CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2),
+    )
+    assert result.outputs_match
+    assert {k.schedule for k in result.kernels if "matmul" in k.func} == {"tiled"}
+
+
+def test_padding_keeps_the_epilogue_inside_the_output(tmp_path):
+    """The un-padding copy must not be inlined over the padded tile: it wrote past the
+    output's end and corrupted the heap."""
+    from tvm import te
+
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    q = te.placeholder((1, 2, 197, 64), name="q")
+    k = te.placeholder((1, 2, 64, 197), name="k")
+    r = te.reduce_axis((0, 64), "r")
+    scores = te.compute(
+        (1, 2, 197, 197), lambda b, h, i, j: te.sum(q[b, h, i, r] * k[b, h, r, j], axis=r)
+    )
+    scaled = te.compute((1, 2, 197, 197), lambda *i: scores(*i) * 0.125, name="scaled")
+    scheduled, kind = schedule_cpu(
+        te.create_prim_func([q, k, scaled]), CpuScheduleConfig(vector_lanes=16)
+    )
+    assert kind == "tiled"
+    text = scheduled.script()
+    assert "_pad" in text
+    import tvm
+
+    built = tvm.compile(scheduled, target="llvm")
+    rng = np.random.default_rng(0)
+    qv = rng.standard_normal((1, 2, 197, 64)).astype("float32")
+    kv = rng.standard_normal((1, 2, 64, 197)).astype("float32")
+    size = 2 * 197 * 197
+    memory = aligned(np.full(size + 4096, 7.0, dtype="float32"))  # the output, then a fence
+    out = tvm.runtime.from_dlpack(memory[:size].reshape(1, 2, 197, 197))
+    built(tvm.runtime.tensor(qv), tvm.runtime.tensor(kv), out)
+    assert (memory[size:] == 7.0).all()
+    np.testing.assert_allclose(out.numpy(), qv @ kv * 0.125, rtol=1e-4, atol=1e-4)
+
+
+def _compiled(tmp_path):
+    model = _attention_scores(50)
+    compile_model(model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False))
+    return model, CompiledModel(tmp_path / "artifact", threads=1)
+
+
+def test_the_runner_hands_aligned_arrays_over_and_keeps_earlier_outputs(tmp_path):
+    model, compiled = _compiled(tmp_path)
+    feeds = compiled.example_inputs(0)
+    assert all(v.ctypes.data % 64 == 0 for v in feeds.values())
+    first = compiled.run(feeds)["y"]
+    kept = first.copy()
+    other = {n: aligned(v * 2) for n, v in feeds.items()}
+    second = compiled.run(other)["y"]
+    np.testing.assert_array_equal(first, kept)  # a later run does not write into it
+    np.testing.assert_allclose(second, kept * 4, rtol=1e-5, atol=1e-5)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(first, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_the_runner_copies_arrays_tvm_cannot_take_as_they_are(tmp_path):
+    _, compiled = _compiled(tmp_path)
+    feeds = compiled.example_inputs(0)
+    expected = compiled.run(feeds)["y"]
+    shifted = {}
+    for name, value in feeds.items():  # 4 bytes past an aligned start, and not C-ordered
+        raw = np.empty(value.size + 16, dtype=value.dtype)
+        start = (-raw.ctypes.data % 64) // value.itemsize + 1
+        shifted[name] = raw[start : start + value.size].reshape(value.shape)
+        shifted[name][...] = value
+        assert shifted[name].ctypes.data % 64 != 0
+    np.testing.assert_array_equal(compiled.run(shifted)["y"], expected)
+    transposed = {n: np.asfortranarray(v) for n, v in feeds.items()}
+    np.testing.assert_array_equal(compiled.run(transposed)["y"], expected)
+
+
+@pytest.mark.parametrize("shape", [(), (0, 3), (5,), (2, 3, 4)])
+def test_aligned_keeps_values_and_shape(shape):
+    value = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    out = aligned(value)
+    assert out.shape == value.shape and out.dtype == value.dtype
+    np.testing.assert_array_equal(out, value)
+    assert out.ctypes.data % 64 == 0 or out.nbytes == 0
