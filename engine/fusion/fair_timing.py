@@ -49,7 +49,12 @@ with np.load(feeds_path) as data:
 if kind == "compiled":
     sys.path.insert(0, path)
     from run import CompiledModel, aligned  # the artifact's own runner
-    import tvm  # noqa: F401  (imported before the baseline, as onnxruntime is below)
+    with open(path + "/manifest.json") as f:
+        segments = json.load(f)["segments"]
+    if any(s["backend"] == "tvm" for s in segments):
+        import tvm  # noqa: F401  (imported before the baseline, as onnxruntime is below)
+    else:  # the runner then never loads TVM: neither does its peak
+        import onnxruntime  # noqa: F401
     feeds = {k: aligned(v) for k, v in feeds.items()}  # as an application would hand them
     before = status_bytes("VmRSS")
     model = CompiledModel(path, threads=threads)
