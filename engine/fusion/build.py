@@ -54,6 +54,7 @@ def pretransform_weights(imported: ImportedModule, target) -> ImportedModule:
     import tvm
     from tvm import relax
 
+    imported = _bind_scalars(imported)
     mod = imported.mod
     if _only_dense_convs(mod):
         try:
@@ -77,6 +78,24 @@ def pretransform_weights(imported: ImportedModule, target) -> ImportedModule:
     lifted = restore_names(imported.mod["main"], lifted)
     return ImportedModule(
         lifted, params, imported.input_names, imported.binding_nodes, imported.folded_nodes
+    )
+
+
+def _bind_scalars(imported: ImportedModule) -> ImportedModule:
+    """One-element weights (a ``Pow``'s exponent, an epsilon) as constants of ``main``:
+    legalization can then see them (``x ** 3`` as two multiplies, see
+    ``lowering.fast_math_legalization``) and constant folding use them."""
+    import tvm
+    from tvm import relax
+
+    scalars = {n: v for n, v in imported.params.items() if np.asarray(v).size == 1}
+    if not scalars:
+        return imported
+    bound = {n: tvm.runtime.tensor(np.asarray(v)) for n, v in scalars.items()}
+    mod = relax.transform.BindParams("main", bound)(imported.mod)
+    params = {n: v for n, v in imported.params.items() if n not in scalars}
+    return ImportedModule(
+        mod, params, imported.input_names, imported.binding_nodes, imported.folded_nodes
     )
 
 

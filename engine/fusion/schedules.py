@@ -28,6 +28,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from engine.fusion.schedule_rows import row_reduction
+
 _MIN_ANCHOR_REDUCE = 4  # below: a reduction is not worth a register tile
 _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) below this
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
@@ -77,7 +79,12 @@ def apply_default_schedules(mod, target):
 
 def schedule_cpu(func, config: CpuScheduleConfig):
     """(scheduled PrimFunc or None, kind) for one kernel."""
-    rules = (("tiled", _tiled), ("per-channel", _per_channel), ("parallel", _parallel_only))
+    rules = (
+        ("tiled", _tiled),
+        ("per-channel", _per_channel),
+        ("rows", row_reduction),
+        ("parallel", _parallel_only),
+    )
     for kind, rule in rules:
         try:
             sch = _schedule(func)

@@ -187,3 +187,48 @@ def test_aligned_keeps_values_and_shape(shape):
     assert out.shape == value.shape and out.dtype == value.dtype
     np.testing.assert_array_equal(out, value)
     assert out.ctypes.data % 64 == 0 or out.nbytes == 0
+
+
+def _row_model(kind: str):
+    if kind == "softmax_masked":  # as transformers' BERT export writes its attention
+        zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+        nodes = [
+            helper.make_node("Softmax", ["x"], ["s"], name="softmax", axis=-1),
+            helper.make_node("IsNaN", ["s"], ["nan"], name="isnan"),
+            helper.make_node("Where", ["nan", "zero", "s"], ["y"], name="where"),
+        ]
+        return _model(nodes, [("x", [1, 2, 16, 64])], "y", [zero])
+    if kind == "layer_norm":
+        scale = helper.make_tensor("g", TensorProto.FLOAT, [96], list(np.linspace(0.5, 2, 96)))
+        bias = helper.make_tensor("b", TensorProto.FLOAT, [96], list(np.linspace(-1, 1, 96)))
+        nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln")]
+        return _model(nodes, [("x", [1, 20, 96])], "y", [scale, bias])
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=-1)]
+    return _model(nodes, [("x", [1, 3, 20, 50])], "y")  # no vector width divides 50
+
+
+@pytest.mark.parametrize("kind", ["softmax_masked", "layer_norm", "softmax_odd_width"])
+def test_row_reductions_run_row_by_row_and_stay_exact(kind, tmp_path):
+    result = compile_model(
+        _row_model(kind),
+        CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2),
+    )
+    assert result.outputs_match, result.max_abs_error
+    assert [k.schedule for k in result.kernels] == ["rows"]
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5])
+def test_a_small_integer_power_is_multiplies_and_stays_exact(exponent, tmp_path):
+    """GPT-2's tanh GELU cubes its input: ``powf`` per element took 7x its matmul's time."""
+    value = helper.make_tensor("p", TensorProto.FLOAT, [], [exponent])
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"], name="abs"),  # 0.5: a real root
+        helper.make_node("Pow", ["a", "p"], ["y"], name="pow"),
+    ]
+    result = compile_model(
+        _model(nodes, [("x", [4, 64])], "y", [value]),
+        CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2),
+    )
+    assert result.outputs_match, result.max_abs_error
+    names = [k.func for k in result.kernels]
+    assert any("power" in n for n in names) == (exponent == 0.5), names
