@@ -189,3 +189,50 @@ def test_the_mixed_runtime_runs_what_the_choice_left(save, tmp_path):
     outputs = model.run(feeds)
     assert all(np.isfinite(v).all() for v in outputs.values())
     assert result.to_dict()["backend"] in ("mixed", "onnxruntime")
+
+
+def test_a_build_ships_on_its_fastest_thread_setting(save, tmp_path, monkeypatch):
+    """As onnxruntime gets its best thread setting, so does the artifact: timed at 1 and
+    all threads, the fastest is written into its manifest."""
+
+    def time_fairly(artifact_dir, *args, compiled_settings=False, **kwargs):
+        memory = {"peak_rss_bytes": 1, "model_bytes": 1}
+        assert compiled_settings  # TVM segments, backend choice on: both settings timed
+        return FairTiming(
+            latency_ms=1.0,
+            onnxruntime_ms_by_threads={1: 5.0, 2: 4.0},
+            rounds=1,
+            runs_per_round={"compiled": 5, "onnxruntime_1": 5, "onnxruntime_2": 5},
+            peak_memory={"compiled": memory, "onnxruntime_1": memory, "onnxruntime_2": memory},
+            compiled_ms_by_threads={1: 1.0, 2: 1.5},
+        )
+
+    monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
+    timed(monkeypatch, (1.0, 10.0))  # the segment stays on TVM
+    config = CompileConfig(str(tmp_path / "c"), **{**CHOOSING, "threads": 2})
+    data = compile_model(save(conv_relu_conv()), config).to_dict()
+    assert data["backend"] == "tvm"
+    assert data["timing"]["compiled_threads"] == 1
+    assert data["timing"]["compiled_ms_by_threads"] == {"1": 1.0, "2": 1.5}
+    manifest = json.loads((tmp_path / "c" / "artifact" / MANIFEST).read_text())
+    assert manifest["threads"] == 1
+
+
+def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
+    from engine.fusion.fair_timing import time_fairly
+
+    model = conv_relu_conv()
+    compile_model(save(model), CompileConfig(str(tmp_path / "c"), **{**FAST, "measure": False}))
+    artifact = CompiledModel(tmp_path / "c" / "artifact")
+    fair = time_fairly(
+        tmp_path / "c" / "artifact",
+        model,
+        artifact.example_inputs(),
+        2,
+        compiled_settings=True,
+        rounds=1,
+        window_s=0.1,
+    )
+    assert set(fair.compiled_ms_by_threads) == {1, 2}
+    assert fair.latency_ms == min(fair.compiled_ms_by_threads.values())
+    assert fair.to_dict()["compiled_threads"] in (1, 2)

@@ -106,3 +106,18 @@ def test_the_card_says_where_the_artifact_runs_how_it_was_timed_and_its_memory()
     assert "1.500 ms: not faster, so not shipped" in html
     assert "onnxruntime measured faster on this segment" in html and "<code>conv1</code>" in html
     assert 'id="compile-memory"' in html
+
+
+def test_the_card_says_which_thread_setting_the_build_ships_with():
+    result = copy.deepcopy(TUNED)
+    result["timing"] = {
+        "rounds": 3,
+        "runs_per_round": {"compiled": 40},
+        "onnxruntime_threads": 1,
+        "onnxruntime_ms_by_threads": {"1": 1.2, "2": 1.4},
+        "compiled_threads": 1,
+        "compiled_ms_by_threads": {"1": 0.9, "2": 1.1},
+        "peak_memory": {},
+    }
+    html = " ".join(page(result).split())
+    assert "the artifact at its best too (1 thread; 1: 0.900 ms, 2: 1.100 ms)" in html
