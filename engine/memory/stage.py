@@ -126,7 +126,7 @@ def _per_unit(
         entry["lower_bound_bytes"] = max(entry["lower_bound_bytes"], report["lower_bound_bytes"])
         if report["levels"]:
             entry["levels"].append(report["levels"])
-    return {"plan": best, "units": per_unit}
+    return {"plan": partition["best"], "units": per_unit}
 
 
 def _tvm(prepared: PreparedModel, options: MemoryOptions, progress: ProgressFn) -> dict:
