@@ -1,9 +1,11 @@
-"""Time the graph view's server side (``graph_payload``: layout, groups, metrics) on the
-bundled light models and on generated CNN-shaped graphs of several sizes.
+"""Time the graph view's server side on the bundled light models and on generated
+CNN-shaped graphs of several sizes: the whole-graph layout, the tree (groups, metrics, no
+layout), the first view (the levels it opens, laid out) and every level laid out.
 
 The peer in the same run is the order the layout starts from (depth-first, before the
 barycenter sweeps): ``crossings_initial`` against ``crossings``. Prints one JSON object
-``{model: {nodes, edges, layout_s, payload_s, payload_bytes, visible, crossings, ...}}``.
+``{model: {nodes, edges, layout_s, tree_s, first_view_s, first_view_bytes, every_level_s,
+first_view_items, crossings, ...}}``.
 
     python bench/graph_view_bench.py [--sizes 2000,5000,20000] [--repeat 3]
 """
@@ -91,16 +93,28 @@ def measure(analysis: dict, repeat: int) -> dict:
     layout = graph.layout_graph(len(nodes), edges, light)
     with mock.patch.object(graph, "SWEEPS", 0):
         initial = graph.layout_graph(len(nodes), edges, light)
-    payload = graph.graph_payload(analysis)
+    from frontend.figures.graph import levels as lv
+    from frontend.figures.graph.payload import first_view, graph_tree_of
+
+    tree = graph_tree_of(analysis)
+    view = first_view(tree)
+    groups = range(len(tree["groups"]["parent"]))
     return {
         "nodes": len(nodes),
         "edges": len(edges),
         "layers": max(layout.layer, default=-1) + 1,
         "layout_s": best_of(repeat, lambda: graph.layout_graph(len(nodes), edges, light)),
-        "payload_s": best_of(repeat, lambda: graph.graph_payload(analysis)),
-        "payload_bytes": len(json.dumps(payload, separators=(",", ":"))),
-        "groups": len(payload["groups"]["kind"]),
-        "visible": len(graph.visible_items(payload, payload["collapsed"])),
+        "tree_s": best_of(repeat, lambda: graph_tree_of(analysis)),
+        "first_view_s": best_of(repeat, lambda: first_view(tree)),
+        "first_view_bytes": len(json.dumps(view, separators=(",", ":"))),
+        "every_level_s": best_of(1, lambda: [lv.level(tree, g) for g in groups]),
+        "groups": len(tree["groups"]["parent"]),
+        "first_view_items": sum(
+            1
+            for shown in view["levels"]
+            for item in shown["items"]
+            if item >= 0 or -item - 1 not in view["open"]
+        ),
         "crossings_initial": graph.count_crossings(initial),
         "crossings": graph.count_crossings(layout),
     }

@@ -150,6 +150,19 @@ def _graph_plan(d: dict) -> str:
             + (f"  {a['latency_ms']:.3f} ms (predicted)" if a["latency_ms"] is not None else "")
             for a in r.get("ablation", [])
         ]
+        lines += [
+            f"candidates   {c['step']:<40} "
+            + (f"{c['count']:,}" if c["count"] < 1e6 else f"10^{c['log10']:g}")
+            for c in r.get("candidate_counts") or []
+        ]
+        for s in r.get("design", {}).get("segments", []):
+            lines.append(
+                f"segment {s['segment']}    stages {s['stages']} -> {s['meeting_point']}: "
+                + ", ".join(
+                    f"{b['unit']} (depth {b['depth']}/{s['depth']}, width {b['width']}/{s['width']})"
+                    for b in s["branches"]
+                )
+            )
     return "\n".join(lines)
 
 

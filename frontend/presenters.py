@@ -32,6 +32,7 @@ from frontend.figures.mobile_gpu import (
     phwc4_waste_bars,
     support_rows,
 )
+from frontend.figures.nnstretch import design_rows, nnstretch_figures
 from frontend.figures.partition import algorithm_comparison, cut_cost_curve, schedule_gantt
 from frontend.figures.partition_energy import trade_off_curve
 from frontend.figures.profile import profile_figures, sweep_chart
@@ -78,8 +79,12 @@ def _memory_rows(report: dict, results: dict) -> dict:
 
 def _partition_figures(report: dict) -> dict[str, dict]:
     results = report.get("results", {})
-    if report.get("planned_on_graph"):  # GraphTurbo on a DSA: no placement to draw
-        return {k: v for r in results.values() for k, v in graphturbo_figures(r).items()}
+    if report.get("planned_on_graph"):  # GraphTurbo, NN-Stretch: no placement to draw
+        figures = {}
+        for name, r in results.items():
+            draw = nnstretch_figures if name == "nn-stretch" else graphturbo_figures
+            figures.update(draw(r))
+        return figures
     figures = {"compare": algorithm_comparison(report)}
     if report.get("best"):
         figures["gantt"] = schedule_gantt(results[report["best"]])
@@ -93,7 +98,11 @@ def _partition_figures(report: dict) -> dict[str, dict]:
 
 def _partition_context(report: dict, results: dict) -> dict:
     if report.get("planned_on_graph"):
-        return {"graphturbo": report.get("results", {}).get("graphturbo")}
+        results = report.get("results", {})
+        if "nn-stretch" in results or "nn-stretch" in report.get("failed", {}):
+            plan = results.get("nn-stretch")
+            return {"nnstretch": plan, "ns_rows": design_rows(plan) if plan else []}
+        return {"graphturbo": results.get("graphturbo")}
     rows = sorted(report.get("algorithms", {}).items(), key=lambda kv: kv[1]["makespan_ms"] or 0)
     context = {"rows": rows}
     analysis, best = results.get("analyze"), report.get("best")

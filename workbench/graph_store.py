@@ -1,38 +1,55 @@
-"""The graph view's built layouts, kept as JSON files under WORKBENCH_VAR_DIR/graphs so
-that every web process shares them and a restart keeps them (a 50,000-node layout takes
-about 7 s to build and 0.2 s to read back). The last few read stay in memory too.
+"""The graph view's built levels, kept as files under WORKBENCH_VAR_DIR/graphs so that
+every web process shares them and a restart keeps them.
 
-Each entry is kept as JSON and gzipped JSON (sent as it is), named by a digest of what it
-was built from, so a changed analysis or a new payload version never reads a stale one.
-Nothing prunes old entries yet (0.3 MB for a typical model, 12.5 MB at 50,000 nodes);
-the folder can be emptied at any time, the next view rebuilds what it needs.
+One folder per entry, named by a digest of what it was built from (a changed analysis or
+a new payload version never reads a stale one). A model's entry holds its tree (the
+hierarchy, no layout: marshal, read back in about 0.1 s at 50,000 nodes), its first view
+(gzipped JSON, sent as it is) and each level laid out so far (JSON text, joined into one
+response without decoding). The analyze stage builds the first view and the levels one
+click away (``warm_graph``); any other level is laid out when first asked for. Entries of
+pages that hand the graph over inline (``frontend.figures.graph.store``) live beside them.
+
+Pruning (``prune``): a model's entries go when the model is deleted or analyzed again,
+and the oldest-used entries go while the folder is over ``GRAPH_STORE_MAX_BYTES``. The
+folder can also be emptied at any time: the next view rebuilds what it needs.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import logging
+import marshal
 import os
+import re
+import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import TextField, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import MD5, Concat
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
 
 from frontend.figures.graph import Metric
+from frontend.figures.graph.levels import ROOT, level
 from frontend.figures.graph.metrics import metric_payload
-from frontend.figures.graph.payload import PAYLOAD_VERSION, graph_base
-from frontend.figures.graph.store import cached
+from frontend.figures.graph.payload import PAYLOAD_VERSION, first_view, graph_tree_of
 from workbench.models import OnnxModel
 
 log = logging.getLogger(__name__)
-MEMORY_ENTRIES = 2  # a 50,000-node base is about 100 MB as Python objects
+MEMORY_ENTRIES = 2  # a 50,000-node tree is about 100 MB as Python objects
+MAX_BYTES = getattr(settings, "GRAPH_STORE_MAX_BYTES", 2 * 1024**3)
+MODEL_KEY = re.compile(r"^v(\d+)-model-(\d+)-([0-9a-f]{32})$")
 
 
 class FileStore:
@@ -41,59 +58,130 @@ class FileStore:
         self._memory: OrderedDict[str, dict] = OrderedDict()
         self._lock = threading.Lock()
 
-    def path(self, key: str) -> Path:
-        return self.folder / f"{key}.json"
+    def entry(self, key: str) -> Path:
+        return self.folder / key
 
-    def gz_path(self, key: str) -> Path:
-        return self.folder / f"{key}.json.gz"
+    # -- files of an entry ---------------------------------------------------------------
 
-    def get_gzip(self, key: str) -> bytes | None:
-        """The stored JSON gzipped, for sending on without parsing it (a 50,000-node base
-        is 11 MB of JSON, 1.5 MB gzipped)."""
+    def read(self, key: str, name: str) -> bytes | None:
         try:
-            return self.gz_path(key).read_bytes()
-        except FileNotFoundError:
+            path = self.entry(key) / name
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        _touch(self.entry(key))
+        return data
 
-    def get(self, key: str) -> dict | None:
+    def write(self, key: str, name: str, data: bytes) -> None:
+        folder = self.entry(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, folder / name)  # readers see the whole file or none
+
+    # -- whole values (frontend.figures.graph.store's protocol, and trees) ---------------
+
+    def get(self, key: str, name: str = "value.json") -> dict | None:
+        memo = f"{key}/{name}"
         with self._lock:
-            if key in self._memory:
-                self._memory.move_to_end(key)
-                return self._memory[key]
-        try:
-            value = json.loads(self.path(key).read_text())
-        except (FileNotFoundError, ValueError):
+            if memo in self._memory:
+                self._memory.move_to_end(memo)
+                return self._memory[memo]
+        data = self.read(key, name)
+        if data is None:
             return None
-        self._remember(key, value)
+        gc.disable()  # millions of small lists: collections during the load took 1-2 s of 2
+        try:
+            value = marshal.loads(data) if name.endswith(".marshal") else json.loads(data)
+        except (ValueError, EOFError, TypeError):
+            return None
+        finally:
+            gc.enable()
+        self._remember(memo, value)
         return value
 
-    def put(self, key: str, value: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(value, separators=(",", ":")).encode()
-        for data, path in ((text, self.path(key)), (gzip.compress(text, 6), self.gz_path(key))):
-            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)  # readers see the whole file or none
-        self._remember(key, value)
+    def put(self, key: str, value: dict, name: str = "value.json") -> None:
+        if name.endswith(".marshal"):
+            data = marshal.dumps(value)
+        else:
+            data = json.dumps(value, separators=(",", ":")).encode()
+        self.write(key, name, data)
+        self._remember(f"{key}/{name}", value)
 
-    def _remember(self, key: str, value: dict) -> None:
+    def forget(self, key: str) -> None:
         with self._lock:
-            self._memory[key] = value
-            self._memory.move_to_end(key)
+            for memo in [m for m in self._memory if m.startswith(f"{key}/")]:
+                del self._memory[memo]
+        shutil.rmtree(self.entry(key), ignore_errors=True)
+
+    def _remember(self, memo: str, value: dict) -> None:
+        with self._lock:
+            self._memory[memo] = value
+            self._memory.move_to_end(memo)
             while len(self._memory) > MEMORY_ENTRIES:
                 self._memory.popitem(last=False)
+
+    def entries(self) -> list[tuple[str, float, int]]:
+        """(key, last used, bytes) of every entry."""
+        found = []
+        if not self.folder.is_dir():
+            return found
+        for folder in self.folder.iterdir():
+            if not folder.is_dir():
+                continue
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            found.append((folder.name, folder.stat().st_mtime, size))
+        return found
+
+
+def _touch(folder: Path) -> None:
+    """Mark an entry used (its folder's time), at most once a minute."""
+    try:
+        if time.time() - folder.stat().st_mtime > 60:
+            os.utime(folder)
+    except OSError:
+        pass
 
 
 STORE = FileStore(settings.VAR_DIR / "graphs")
 
 
+_KEYS: OrderedDict[tuple[int, str], str] = OrderedDict()  # (model, row version) -> key
+KNOWN_KEYS = 1000
+
+
 def model_key(model_pk: int) -> str | None:
-    """A model's base key, from a fingerprint of its analysis the database reads without
+    """A model's key, from a fingerprint of its analysis the database reads without
     decoding it: the analysis's own duration, totals, inputs and preparation, which any
     new analysis changes (its duration alone is a float that never repeats). A digest of
     the whole analysis took 0.57 s on 50,000 nodes (converting 14 MB to text), decoding
-    it in Python 0.6 s or more; this takes about 30 ms."""
+    it in Python 0.6 s or more; the fingerprint 30-150 ms (PostgreSQL still reads the
+    whole value). On PostgreSQL it is computed once per version of the row (its xmin and
+    ctid: every update writes a new tuple, even within one transaction; reading them reads
+    no column), then remembered."""
+    version = None
+    if connection.vendor == "postgresql":
+        version = (
+            OnnxModel.objects.filter(pk=model_pk, analysis__isnull=False)
+            .annotate(row_version=RawSQL("xmin::text || ctid::text", ()))
+            .values_list("row_version", flat=True)
+            .first()
+        )
+        if version is None:
+            return None
+        known = _KEYS.get((model_pk, version))
+        if known:
+            return known
+    key = _fingerprint_key(model_pk)
+    if key and version is not None:
+        _KEYS[(model_pk, version)] = key
+        while len(_KEYS) > KNOWN_KEYS:
+            _KEYS.popitem(last=False)
+    return key
+
+
+def _fingerprint_key(model_pk: int) -> str | None:
     parts = [KT(f"analysis__{key}") for key in FINGERPRINT]
     joined = Concat(*[p for part in parts for p in (part, Value("|"))], output_field=TextField())
     digest = (
@@ -108,17 +196,76 @@ def model_key(model_pk: int) -> str | None:
 FINGERPRINT = ("analysis_s", "nodes", "flops", "params", "inputs", "preparation")
 
 
+def _ours(model_pk: int, key: str) -> bool:
+    return key.startswith(f"v{PAYLOAD_VERSION}-model-{model_pk}-") and bool(MODEL_KEY.match(key))
+
+
 def model_graph_gzip(model_pk: int, key: str) -> bytes | None:
-    """The model's graph base under ``key``, gzipped. A stored one is sent without asking
+    """The model's first view under ``key``, gzipped. A stored one is sent without asking
     the database (its key names the model and what it was built from); a missing one is
     built if ``key`` is the model's current key (None otherwise)."""
-    if not key.startswith(f"v{PAYLOAD_VERSION}-model-{model_pk}-"):
+    if not _ours(model_pk, key):
         return None
-    body = STORE.get_gzip(key)
+    body = STORE.read(key, "first.json.gz")
     if body is None and key == model_key(model_pk):
         warm_graph(model_pk)
-        body = STORE.get_gzip(key)
+        body = STORE.read(key, "first.json.gz")
+    if body is not None:  # levels further in are laid out from the tree: read it meanwhile
+        threading.Thread(target=STORE.get, args=(key, "tree.marshal"), daemon=True).start()
     return body
+
+
+def model_levels_gzip(model_pk: int, key: str, groups: Sequence[int] | None) -> bytes | None:
+    """The levels of ``groups`` (None: every group) under ``key``, as one gzipped JSON
+    ``{"levels": [...]}``; each is laid out when first asked for, then kept. None when
+    ``key`` names no stored tree; ValueError for a group the model does not have."""
+    if not _ours(model_pk, key):
+        return None
+    if groups is None:
+        body = STORE.read(key, "all.json.gz")
+        if body is not None:
+            return body
+    else:  # laid out already: no need for the tree
+        texts = [STORE.read(key, f"L{g}.json") for g in dict.fromkeys(groups)]
+        if all(texts):
+            return _levels_body(key, texts, False)
+    tree = STORE.get(key, "tree.marshal")
+    if tree is None:
+        if key != model_key(model_pk):
+            return None
+        warm_graph(model_pk)
+        tree = STORE.get(key, "tree.marshal")
+        if tree is None:
+            return None
+    count = len(tree["groups"]["parent"])
+    wanted = [ROOT, *range(count)] if groups is None else list(dict.fromkeys(groups))
+    bad = [g for g in wanted if not ROOT <= g < count]
+    if bad:
+        raise ValueError(f"no group {bad[0]} in this graph (it has {count})")
+    # Every level at once: kept as one bundle, not as thousands of files.
+    gc.disable()  # as in FileStore.get: millions of small objects made and dropped
+    try:
+        texts = [_level_text(key, tree, g, keep=groups is not None) for g in wanted]
+    finally:
+        gc.enable()
+    return _levels_body(key, texts, groups is None)
+
+
+def _levels_body(key: str, texts: list[bytes], everything: bool) -> bytes:
+    body = gzip.compress(b'{"levels":[' + b",".join(texts) + b"]}", 1 if everything else 6)
+    if everything:
+        STORE.write(key, "all.json.gz", body)
+    return body
+
+
+def _level_text(key: str, tree: dict, g: int, keep: bool = True) -> bytes:
+    name = f"L{g}.json"
+    text = STORE.read(key, name)
+    if text is None:
+        text = json.dumps(level(tree, g), separators=(",", ":")).encode()
+        if keep:
+            STORE.write(key, name, text)
+    return text
 
 
 def overlays_payload(overlays: Mapping[str, Metric]) -> list[dict]:
@@ -136,16 +283,65 @@ def overlay_payload(key: str, metric: Metric) -> dict:
 
 
 def warm_graph(model_pk: int) -> None:
-    """Build the model's graph base now (the analyze stage calls this), so that no view of
-    the graph waits for the layout: under the model's key for the graph page, and under
-    the analysis's own for the run pages (which have the analysis as a dict)."""
+    """Build the model's tree, first view and the levels one click away from it now (the
+    analyze stage calls this), so that no view of the graph waits for a layout."""
     key = model_key(model_pk)
     if key is None:
         return
     analysis = OnnxModel.objects.filter(pk=model_pk).values_list("analysis", flat=True).first()
+    gc.disable()  # as in FileStore.get: the tree is millions of small objects
     try:
-        base = cached(analysis, PAYLOAD_VERSION, graph_base)
+        tree = graph_tree_of(analysis)
+        view = first_view(tree)
+        STORE.put(key, tree, "tree.marshal")
+        for shown in view["levels"]:
+            STORE.write(key, f"L{shown['group']}.json", json.dumps(shown).encode())
+        STORE.write(key, "first.json.gz", gzip.compress(json.dumps(view).encode(), 6))
+        parent = tree["groups"]["parent"]
+        opened = {ROOT, *view["open"]}
+        for g in (c for c, p in enumerate(parent) if p in opened and c not in opened):
+            _level_text(key, tree, g)
     except Exception:  # a fault in drawing must not fail the analysis; the view shows it
         log.exception("graph layout of model %s failed", model_pk)
         return
-    STORE.put(key, base)
+    finally:
+        gc.enable()
+    prune()
+
+
+def prune(max_bytes: int | None = None) -> list[str]:
+    """Remove the entries of models that are gone or were analyzed again, then the least
+    recently used entries while the store holds more than ``max_bytes``. Returns the keys
+    removed."""
+    limit = MAX_BYTES if max_bytes is None else max_bytes
+    entries = STORE.entries()
+    by_model: dict[int, list[str]] = {}
+    for key, _used, _size in entries:
+        found = MODEL_KEY.match(key)
+        if found:
+            by_model.setdefault(int(found[2]), []).append(key)
+    current = {pk: model_key(pk) for pk in by_model}
+    removed = [
+        key
+        for pk, keys in by_model.items()
+        for key in keys
+        if key != current[pk]  # deleted (None), analyzed again, or an older payload version
+    ]
+    total = sum(size for key, _used, size in entries if key not in removed)
+    for key, _used, size in sorted(entries, key=lambda e: e[1]):
+        if total <= limit:
+            break
+        if key not in removed:
+            removed.append(key)
+            total -= size
+    for key in removed:
+        STORE.forget(key)
+    return removed
+
+
+@receiver(post_delete, sender=OnnxModel, dispatch_uid="graph-store-prune")
+def _model_deleted(sender, instance: OnnxModel, **kwargs) -> None:
+    prefix = f"-model-{instance.pk}-"
+    for key, _used, _size in STORE.entries():
+        if prefix in key and MODEL_KEY.match(key):
+            STORE.forget(key)

@@ -9,12 +9,19 @@ from __future__ import annotations
 import gzip
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
+from frontend.figures.graph import graph_payload
+from frontend.figures.graph.kernels import kernel_analysis, kernel_metrics
 from frontend.graph_overlays import OVERLAYS, stage_overlays
-from workbench.graph_store import model_graph_gzip, model_key, overlays_payload
+from workbench.graph_store import (
+    model_graph_gzip,
+    model_key,
+    model_levels_gzip,
+    overlays_payload,
+)
 from workbench.models import OnnxModel, StageResult
 
 
@@ -37,18 +44,43 @@ def latest_results(model: OnnxModel) -> dict[str, dict]:
 @login_required
 def model_graph_page(request, pk: int):
     model = get_object_or_404(OnnxModel.objects.defer("analysis"), pk=pk, owner=request.user)
-    return render(request, "workbench/model_graph.html", {"model": model, **graph_context(model)})
+    results = latest_results(model)
+    context = {"model": model, **graph_context(model, results)}
+    if "compile" in results:
+        context.update(kernel_context(model, results["compile"]))
+    return render(request, "workbench/model_graph.html", context)
 
 
-def graph_context(model: OnnxModel) -> dict:
-    """What a page showing the model's graph needs: the address of its base and the
-    overlays (empty when the model has no analysis yet)."""
+def kernel_context(model: OnnxModel, compile_result: dict) -> dict:
+    """The compiled kernels' graph beside the model's, and which nodes each kernel runs
+    (the page links a selection on one side to the other)."""
+    analysis = OnnxModel.objects.filter(pk=model.pk).values_list("analysis", flat=True).first()
+    kernels, nodes_of = kernel_analysis(analysis or {}, compile_result)
+    if not kernels["node_list"]:
+        return {}
+    metrics = kernel_metrics(compile_result)
+    initial = "kernel_us" if "kernel_us" in metrics else None
+    kernel_of = {node: kernel for kernel, names in nodes_of.items() for node in names}
+    return {
+        "kernel_graph": graph_payload(kernels, metrics, initial=initial),
+        "graph_links": {"kernel_of": kernel_of, "nodes_of": nodes_of},
+        "folded_nodes": (analysis.get("preparation") or {}).get("folded_nodes"),
+    }
+
+
+def graph_context(model: OnnxModel, results: dict[str, dict] | None = None) -> dict:
+    """What a page showing the model's graph needs: the address of its first view and of
+    its levels, and the overlays of ``results`` (default: the model's latest of each
+    stage); empty when the model has no analysis yet."""
     key = model_key(model.pk)
     if key is None:
         return {}
     return {
         "graph_src": reverse("model-graph-data", args=[model.pk, key]),
-        "graph_overlays": overlays_payload(stage_overlays(latest_results(model))),
+        "graph_levels": reverse("model-graph-levels", args=[model.pk, key]),
+        "graph_overlays": overlays_payload(
+            stage_overlays(latest_results(model) if results is None else results)
+        ),
     }
 
 
@@ -60,6 +92,34 @@ def model_graph_data(request, pk: int, key: str):
     body = model_graph_gzip(pk, key)
     if body is None:
         raise Http404("no such graph: the model was analyzed again, reload the page")
+    return gzipped_json(request, body)
+
+
+MAX_GROUPS = 2000  # levels asked for at once by number; "all" asks for every one
+
+
+@login_required
+def model_graph_levels(request, pk: int, key: str):
+    """Levels of the graph laid out on demand: ``?g=3,17`` (group numbers, -1 the top)
+    or ``?g=all``; each one is laid out the first time it is asked for, then kept."""
+    get_object_or_404(OnnxModel.objects.only("pk"), pk=pk, owner=request.user)
+    asked = request.GET.get("g", "")
+    try:
+        groups = None if asked == "all" else [int(g) for g in asked.split(",")]
+    except ValueError:
+        return HttpResponseBadRequest("g: comma-separated group numbers, or all")
+    if groups is not None and len(groups) > MAX_GROUPS:
+        return HttpResponseBadRequest(f"g: at most {MAX_GROUPS} groups at once, or all")
+    try:
+        body = model_levels_gzip(pk, key, groups)
+    except ValueError as e:
+        return HttpResponseBadRequest(str(e))
+    if body is None:
+        raise Http404("no such graph: the model was analyzed again, reload the page")
+    return gzipped_json(request, body)
+
+
+def gzipped_json(request, body: bytes) -> HttpResponse:
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         response = HttpResponse(body, content_type="application/json")
         response["Content-Encoding"] = "gzip"

@@ -43,6 +43,11 @@ urlpatterns = [
     path("models/<int:pk>/", views.model_detail, name="model-detail"),
     path("models/<int:pk>/graph/", graph_views.model_graph_page, name="model-graph"),
     path(
+        "models/<int:pk>/graph/<slug:key>/levels.json",
+        graph_views.model_graph_levels,
+        name="model-graph-levels",
+    ),
+    path(
         "models/<int:pk>/graph/<slug:key>.json",
         graph_views.model_graph_data,
         name="model-graph-data",

@@ -14,6 +14,7 @@ from engine.partition import (  # noqa: F401 - importing registers the algorithm
     hope_heuristic,
     hope_ilp,
     mobile_cloud,
+    nnstretch,
 )
 from engine.partition.api import PartitionResult, compare_algorithms, partition_model
 from engine.partition.problem import (

@@ -15,6 +15,7 @@ ALGORITHMS = (
     "single-unit",
     "mobile-cloud",
     "graphturbo",
+    "nn-stretch",
 )
 """Every registered algorithm (a test checks this against the registry)."""
 NETWORKS = ("3g", "4g", "wifi")
@@ -75,6 +76,41 @@ class PartitionStageOptions(StageOptions):
         True,
         "run the best plan's sub-models in onnxruntime against the whole model",
         label="Execution check",
+    )
+
+    stretch_alpha: float = option(
+        0.1,
+        "NN-Stretch Eq. 4: a segment's communication at most alpha x its latency",
+        min=1e-3,
+        max=10.0,
+        label="NN-Stretch alpha (communication)",
+    )
+    stretch_beta: float = option(
+        1.1,
+        "NN-Stretch Eq. 5: a branch at most beta x the original segment's latency",
+        min=0.1,
+        max=10.0,
+        label="NN-Stretch beta (straggler)",
+    )
+    stretch_ratio_floor: float = option(
+        0.5,
+        "NN-Stretch: the least depth and width ratio of a branch",
+        min=0.125,
+        max=1.0,
+        label="NN-Stretch ratio floor",
+    )
+    stretch_min_meet: int = option(
+        2,
+        "NN-Stretch: the least number of meeting points",
+        min=1,
+        max=64,
+        label="NN-Stretch meeting points at least",
+    )
+    stretch_measure: bool = option(
+        True,
+        "NN-Stretch on a measured target: time the branches in onnxruntime",
+        label="NN-Stretch: measure",
+        public=False,
     )
 
     def check(self) -> None:

@@ -27,6 +27,10 @@ class PartitionOptions:
     :mod:`engine.partition.objective`.
     ``graphturbo``: ``dsa_dtype``, the accelerator's compute type its tensors are planned
     at (the paper does not say which its chip ran; fp16 assumed).
+    ``nn-stretch``: ``stretch_alpha`` (Eq. 4), ``stretch_beta`` (Eq. 5), the depth and
+    width ``stretch_ratio_floor``, ``stretch_min_meet`` meeting points at least, and
+    ``stretch_measure``: on a measured target, time the branches in onnxruntime (see
+    :mod:`engine.partition.nnstretch.search`).
     ``little_gain_pct``: below this gain over the best single unit (in makespan; in energy
     under the energy and weighted objectives), the verdict says so.
     """
@@ -54,6 +58,11 @@ class PartitionOptions:
     mobile_unit: str | None = None
     little_gain_pct: float = 5.0
     dsa_dtype: str = "fp16"
+    stretch_alpha: float = 0.1
+    stretch_beta: float = 1.1
+    stretch_ratio_floor: float = 0.5
+    stretch_min_meet: int = 2
+    stretch_measure: bool = True
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0 or self.nt < 2 or not 0 < self.eps < 1:
@@ -127,19 +136,27 @@ def algorithm_names() -> list[str]:
     return sorted([*_ALGORITHMS, *_GRAPH_PLANNERS])
 
 
-GraphPlanner = Callable[[Any, Any, PartitionOptions, ProgressFn], dict]
+GraphPlanner = Callable[..., dict]
 """``(graph, target, options, progress) -> result JSON``: an algorithm that plans on the
-graph and the target itself rather than on a placement problem (GraphTurbo on a DSA)."""
+graph and the target itself rather than on a placement problem (GraphTurbo on a DSA).
+One registered with ``uses_model`` also gets ``model=`` (the prepared ONNX model) and
+``workdir=`` (where to write files, or ``None``); files it wrote are listed under the
+result's ``_artifacts`` (kind -> path), which the stage takes out of the result."""
 
 _GRAPH_PLANNERS: dict[str, GraphPlanner] = {}
+_USES_MODEL: set[str] = set()
 
 
-def register_graph_planner(name: str) -> Callable[[GraphPlanner], GraphPlanner]:
+def register_graph_planner(
+    name: str, *, uses_model: bool = False
+) -> Callable[[GraphPlanner], GraphPlanner]:
     """Register a graph planner under ``name``; the partition stage runs it instead of the
     placement comparison when asked for it, or by default on a target it applies to."""
 
     def decorate(fn: GraphPlanner) -> GraphPlanner:
         _GRAPH_PLANNERS[name] = fn
+        if uses_model:
+            _USES_MODEL.add(name)
         return fn
 
     return decorate
@@ -147,6 +164,10 @@ def register_graph_planner(name: str) -> Callable[[GraphPlanner], GraphPlanner]:
 
 def graph_planner(name: str) -> GraphPlanner | None:
     return _GRAPH_PLANNERS.get(name)
+
+
+def planner_uses_model(name: str) -> bool:
+    return name in _USES_MODEL
 
 
 _FAMILIES: dict[str, Callable[[str], Algorithm]] = {}

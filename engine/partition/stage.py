@@ -17,7 +17,7 @@ from engine.partition.api import compare_algorithms
 from engine.partition.options import PartitionStageOptions
 from engine.partition.pareto import trade_off
 from engine.partition.problem import PartitionError
-from engine.partition.registry import PartitionOptions, graph_planner
+from engine.partition.registry import PartitionOptions, graph_planner, planner_uses_model
 from engine.partition.targets import problem_for_target
 from engine.targets.catalog import get_target, load_presets
 from engine.targets.schema import TargetProfile
@@ -47,7 +47,7 @@ def run(
     if not options.algorithms and any(u.kind == "dsa" for u in target.units):
         planners = ["graphturbo"]
     if planners:
-        return _run_graph_planners(prepared, target, options, planners, progress)
+        return _run_graph_planners(prepared, target, options, planners, progress, inputs)
     if len(target.units) < 2 and options.network is None:
         raise NotApplicable(
             f"target '{target.name}' has one compute unit ({target.units[0].name}): there is "
@@ -109,20 +109,35 @@ def _run_graph_planners(
     options: PartitionStageOptions,
     names: list[str],
     progress: ProgressFn,
+    inputs: StageInputs = NO_INPUTS,
 ) -> PartitionReport:
     """Run planners that plan on the graph itself; each result under ``results``, as the
-    placement comparison reports its algorithms."""
+    placement comparison reports its algorithms. Files a planner writes into the workdir
+    (``_artifacts`` of its result) become the stage's artifacts."""
     others = [a for a in options.algorithms if a not in names]
     if others:
         raise PartitionError(
             f"{', '.join(names)} plans on its own and cannot be compared with {', '.join(others)}",
             code="usage",
         )
-    engine_options = PartitionOptions(time_limit_s=options.time_limit_s)
-    results, failed = {}, {}
+    engine_options = PartitionOptions(
+        time_limit_s=options.time_limit_s,
+        stretch_alpha=options.stretch_alpha,
+        stretch_beta=options.stretch_beta,
+        stretch_ratio_floor=options.stretch_ratio_floor,
+        stretch_min_meet=options.stretch_min_meet,
+        stretch_measure=options.stretch_measure,
+    )
+    results, failed, artifacts = {}, {}, {}
     for name in names:
+        extra = (
+            {"model": prepared.model, "workdir": inputs.workdir} if planner_uses_model(name) else {}
+        )
         try:
-            results[name] = graph_planner(name)(prepared.graph, target, engine_options, progress)
+            results[name] = graph_planner(name)(
+                prepared.graph, target, engine_options, progress, **extra
+            )
+            artifacts.update(results[name].pop("_artifacts", {}))
         except PartitionError as e:
             if e.code != "unknown_size":
                 raise
@@ -136,17 +151,33 @@ def _run_graph_planners(
             "planned_on_graph": True,
             "target": target.name,
             "units": [u.name for u in target.units],
-            "algorithms": {n: {"valid": True} for n in results},
+            "algorithms": {n: _summary(r) for n, r in results.items()},
             "results": results,
             "failed": failed,
             "invalid": [],
             "best": best,
+            "best_makespan_ms": _summary(results[best]).get("makespan_ms") if best else None,
             "verdict": results[best]["verdict"]
             if best
             else f"no plan ({'; '.join(failed.values())})",
             "notes": [],
-        }
+        },
+        artifacts,
     )
+
+
+def _summary(result: dict) -> dict:
+    """A graph planner's line in ``algorithms``: its makespan and speedup when it compares
+    with the best single unit, as placement plans do (NN-Stretch); GraphTurbo compares with
+    one kernel per layer instead, which is not that speedup."""
+    if "best_single_unit" not in result:
+        return {"valid": True}
+    return {
+        "valid": True,
+        "makespan_ms": result.get("latency_ms"),
+        "speedup": result.get("speedup"),
+        "solve_s": result.get("planning_s"),
+    }
 
 
 def cloud_target(name: str | None, mobile: str) -> TargetProfile:

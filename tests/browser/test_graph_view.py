@@ -1,8 +1,10 @@
 """The model graph explorer in headless Chromium, on the model page's graph tab: it draws,
 hovering names a node or an edge's tensor, a click shows a node's details and neighbours,
-a group expands, search finds and jumps, the colour switches between categories and a
-value scale, zooming in turns dots into op boxes, a row of the profile's op table selects
-its node and the other way round; and a generated model of 50,400 nodes opens within 1 s,
+a group expands (its level laid out and fetched on demand), search finds and jumps into
+closed groups, the colour switches between categories and a value scale, zooming in turns
+dots into op boxes, a row of the profile's op table selects its node and the other way
+round; the prepared graph beside its compiled kernels, a selection on either side lighting
+up its counterparts on the other; and a generated model of 50,400 nodes opens within 1 s,
 pans and zooms at 30 frames per second or more, and expands a group within 200 ms
 (measured here and kept in timings.json beside the screenshots)."""
 
@@ -18,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 from playwright.sync_api import expect
 
 from engine.graph import analyze_model
-from frontend.figures.graph import graph_payload, visible_items
+from frontend.figures.graph.levels import ROOT, default_open, level_items
+from frontend.figures.graph.payload import graph_tree_of
 from tests.browser.conftest import keep_timings, screenshot
 from tests.conftest import LIGHT_DIR, wait_until
 from tests.workbench.test_compare import ENV
@@ -28,12 +31,11 @@ from workbench.models import OnnxModel, Run, StageResult, Status, Target
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 RENDER_BUDGET_MS = 2000
-# The issue's budgets on the 50,400-node model are 1 s to the first view, 200 ms to expand
-# a group and 30 frames per second. The first view took 0.9 s on a quiet machine and up
-# to 2.9 s with other suites sharing its two cores (about half of it fetching and parsing
-# 11 MB of JSON), so it is recorded in timings.json and held here to a bound a loaded
-# machine meets; sending the layout per open group would take it under 1 s for good.
-FIRST_VIEW_MS = 4000
+# The issue's budgets on the 50,400-node model: 1 s to the first view, 200 ms to expand a
+# group, 30 frames per second. The first view sends and lays out only the levels it opens
+# (250 kB gzipped instead of the whole graph's 1.5 MB); every figure is kept in
+# timings.json.
+FIRST_VIEW_MS = 1000
 EXPAND_MS = 200
 FRAMES_PER_S = 30
 CHANNELS = 4
@@ -187,6 +189,21 @@ def sign_in(page, url: str) -> None:
     page.wait_for_url(lambda u: "/accounts/login/" not in u)
 
 
+def first_view(analysis: dict) -> tuple[dict, list[int]]:
+    """The tree and what the first view draws: the items of the top level and of every
+    group it opens (node v as v, group g as -(g + 1))."""
+    tree = graph_tree_of(analysis)
+    opened = set(default_open(tree))
+    items, todo = [], [ROOT]
+    while todo:
+        for item in level_items(tree, todo.pop())[0]:
+            if item < 0 and -item - 1 in opened:
+                todo.append(-item - 1)
+            else:
+                items.append(item)
+    return tree, items
+
+
 def open_graph(page, url: str, model: OnnxModel, where: str = "#tab-graph") -> dict:
     """The model page's graph tab, or the graph's own page (``where="graph/"``)."""
     sign_in(page, url)
@@ -205,6 +222,10 @@ def open_graph(page, url: str, model: OnnxModel, where: str = "#tab-graph") -> d
         ),
         "visible": int(graph.get_attribute("data-visible")),
     }
+
+
+def drawn(page, name: str) -> bool:
+    return bool(page.evaluate("name => window.workbenchGraph.locate(name)", name))
 
 
 def point_at(page, name: str) -> dict:
@@ -251,21 +272,24 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
     densenet, web_server, page, page_errors
 ):
     analysis = densenet.analysis
-    payload = graph_payload(analysis)
-    shown = visible_items(payload, payload["collapsed"])
-    names, ops, layer = (payload["nodes"][k] for k in ("name", "op_type", "layer"))
-    heads = payload["groups"]["head"]
-    # The topmost of each, so that they are in the first view.
-    concat = min(
-        (layer[i], names[i]) for kind, i in shown if kind == "node" and ops[i] == "Concat"
-    )[1]
-    group = min((layer[heads[g]], g) for kind, g in shown if kind == "group")[1]
+    tree, shown = first_view(analysis)
+    names, ops = tree["nodes"]["name"], tree["nodes"]["op_type"]
+    innermost, parent = tree["nodes"]["group"], tree["groups"]["parent"]
+    concats = [names[i] for i in shown if i >= 0 and ops[i] == "Concat"]
+    closed = [-i - 1 for i in shown if i < 0]
+    inside = {}  # a node in each closed group, which the view draws at the group
+    for v in range(len(names)):
+        for g in chain_of(innermost[v], parent):
+            inside.setdefault(g, names[v])
 
     timing = open_graph(page, web_server, densenet)
     print(f"\ndensenet121 {analysis['nodes']} nodes: {timing}")
     assert timing["render_ms"] < RENDER_BUDGET_MS, timing
-    assert timing["visible"] == len(shown) < len(names)  # it opens collapsed
+    assert timing["visible"] == len(shown) < len(names)  # it opens with groups closed
     expect(page.locator("#tab-graph")).to_have_attribute("aria-selected", "true")
+    # One of each that the first view shows on screen.
+    concat = next(name for name in concats if drawn(page, name))
+    group = next(g for g in closed if drawn(page, inside[g]))
 
     # Hovering a node names it; clicking shows its figures, tensors and neighbours.
     position = point_at(page, concat)
@@ -283,12 +307,13 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
 
     # Clicking a group expands it in place.
     before = int(page.locator("#graph").get_attribute("data-visible"))
-    click_node(page, names[heads[group]])
-    expect(details.locator("h3")).to_have_text(payload["groups"]["label"][group])
+    click_node(page, inside[group])  # drawn at its closed group
+    expect(details.locator("h3")).to_have_text(tree["groups"]["label"][group])
     expect(details.get_by_role("button", name="Collapse").first).to_be_visible()
     assert int(page.locator("#graph").get_attribute("data-visible")) > before
 
     # A neighbour's name in the panel jumps to that node.
+    page.evaluate("name => window.workbenchGraph.jumpTo(name)", concat)  # moved by the expand
     click_node(page, concat)
     expect(details.locator("h3")).to_have_text(concat)
     details.get_by_role("button", name=producer_name).first.click()
@@ -302,12 +327,13 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
     # A Conv and its consumer a row below: the edge between them is straight.
     conv, consumer = next(
         (names[u], names[v])
-        for u, v in zip(payload["edges"][::2], payload["edges"][1::2], strict=True)
-        if ops[u] == "Conv" and layer[v] == layer[u] + 1
+        for v, producers in enumerate(tree["preds"])
+        for u in producers
+        if ops[u] == "Conv" and innermost[u] == innermost[v] >= 0
     )
     node = analysis["node_list"][names.index(conv)]
     size = node["output_bytes"][0]
-    page.evaluate("name => window.workbenchGraph.jumpTo(name)", conv)
+    page.evaluate("name => window.workbenchGraph.jumpTo(name)", conv)  # opens its groups
     page.evaluate("window.workbenchGraph.zoomTo(150)")
     screenshot(page, "graph-boxes")
     a, b = point_at(page, conv), point_at(page, consumer)
@@ -335,6 +361,14 @@ def test_densenet_graph_details_neighbours_groups_search_and_metric(
     page.select_option("#graph-metric", "op_type")
     expect(legend.locator(".colorbar")).to_have_count(0)
     assert not page_errors
+
+
+def chain_of(g: int, parent: list[int]) -> list[int]:
+    found = []
+    while g >= 0:
+        found.append(g)
+        g = parent[g]
+    return found
 
 
 def test_the_profile_table_and_the_graph_select_each_other(profiled, web_server, page, page_errors):
@@ -395,17 +429,38 @@ def test_a_generated_model_of_50000_nodes_opens_within_1_s_pans_at_30_fps(
         "draw_ms": timing["render_ms"],
     }
 
-    # Expanding a group: the click, the new view and its first frame.
-    items = int(graph.get_attribute("data-visible"))
-    click_node(page, analysis["node_list"][0]["name"])  # drawn at its outermost closed group
-    wait_until(
-        lambda: int(graph.get_attribute("data-visible")) > items, timeout_s=10, what="expand"
-    )
-    figures["expand_ms"] = int(graph.get_attribute("data-expand-ms"))
+    figures["visible_at_first_view"] = int(graph.get_attribute("data-visible"))
+    # Pan and zoom over the first view.
+    figures["pan_fps_first_view"] = page.evaluate(GESTURE_FPS, ["pan", 90])
+    figures["zoom_fps_first_view"] = page.evaluate(GESTURE_FPS, ["zoom", 60])
+
+    # Expanding groups: the click, the level's fetch (laid out on the server if it was not
+    # yet), the new view and its first frame; a level one click away from the first view
+    # was laid out with it, one deeper is laid out on demand.
+    expands = []
+    first = analysis["node_list"][0]["name"]
+    tree = graph_tree_of(analysis)
+    closed = set(chain_of(tree["nodes"]["group"][0], tree["groups"]["parent"]))
+    closed -= set(default_open(tree))
+    assert len(closed) >= 2
+    for _depth in closed:  # e.g. a block, a module in it, a chain in that
+        items = int(graph.get_attribute("data-visible"))
+        page.evaluate("name => window.workbenchGraph.centreOn(name)", first)
+        click_node(page, first)  # drawn at its outermost closed group
+        wait_until(
+            lambda items=items: int(graph.get_attribute("data-visible")) > items,
+            timeout_s=10,
+            what="expand",
+        )
+        expands.append(int(graph.get_attribute("data-expand-ms")))
+    figures["expand_ms"] = max(expands)
+    figures["expand_ms_each"] = expands
 
     # Pan and zoom over everything expanded, near (dots), nearer (boxes), and all in view.
     page.click("#graph-expand-all")
-    expect(graph).to_have_attribute("data-visible", str(analysis["nodes"]))
+    expect(graph).to_have_attribute("data-visible", str(analysis["nodes"]), timeout=90_000)
+    figures["expand_all_ms"] = int(graph.get_attribute("data-expand-all-ms"))
+    page.evaluate("window.workbenchGraph.zoomTo(20)")
     figures["pan_fps_dots"] = page.evaluate(GESTURE_FPS, ["pan", 90])
     figures["zoom_fps_dots"] = page.evaluate(GESTURE_FPS, ["zoom", 60])
     page.evaluate("window.workbenchGraph.zoomTo(120)")
@@ -418,10 +473,70 @@ def test_a_generated_model_of_50000_nodes_opens_within_1_s_pans_at_30_fps(
     figures["zoom_fps_fit"] = page.evaluate(GESTURE_FPS, ["zoom", 60])
     print(f"\ngenerated {analysis['nodes']} nodes: {figures}")
     keep_timings({f"graph_50k_{key}": value for key, value in figures.items()})
+    page.evaluate("window.workbenchGraph.fit()")
     screenshot(page, "graph-50k")
 
     assert figures["first_view_ms"] < FIRST_VIEW_MS, figures
     assert figures["expand_ms"] < EXPAND_MS, figures
+    assert figures["visible_at_first_view"] > 100, figures  # not one lone box
     assert min(v for k, v in figures.items() if "fps" in k) >= FRAMES_PER_S, figures
     assert figures["in_view_at_fit"] == analysis["nodes"]
+    assert not page_errors
+
+
+@pytest.fixture
+def compiled(densenet) -> Run:
+    """A run of DenseNet whose compile stage ran every three consecutive nodes as one
+    kernel (a made-up plan: the page only reads which nodes each kernel runs)."""
+    nodes = densenet.analysis["node_list"]
+    kernels = [
+        {
+            "id": f"k{i}",
+            "func": f"fused_{i}",
+            "nodes": [n["name"] for n in nodes[j : j + 3]],
+            "op_types": [n["op_type"] for n in nodes[j : j + 3]],
+            "time_us": 1.0 + i % 5,
+            "backend": "tvm",
+        }
+        for i, j in enumerate(range(0, len(nodes), 3))
+    ]
+    run = Run.objects.create(
+        owner=densenet.owner,
+        model=densenet,
+        target=Target.objects.get(name="host"),
+        config={"stages": ["analyze", "compile"]},
+        status=Status.SUCCEEDED,
+    )
+    StageResult.objects.create(
+        run=run, stage="compile", position=0, status=Status.SUCCEEDED, result={"kernels": kernels}
+    )
+    return run
+
+
+def test_the_prepared_graph_and_its_kernels_side_by_side_select_each_other(
+    compiled, web_server, page, page_errors
+):
+    model = compiled.model
+    names = [n["name"] for n in model.analysis["node_list"]]
+    sign_in(page, web_server)
+    page.goto(f"{web_server}/models/{model.pk}/graph/")
+    for side in ("#graph", "#kernels"):
+        expect(page.locator(side)).to_have_attribute("data-ready", "1", timeout=30_000)
+    expect(page.locator("#kernels h2")).to_have_text("Compiled kernels")
+
+    # A node selected on the left lights its kernel up on the right ...
+    page.evaluate("name => window.workbenchGraph.jumpTo(name)", names[4])
+    expect(page.locator("#graph-details h3")).to_have_text(names[4])
+    expect(page.locator("#kernels")).to_have_attribute("data-linked", "1")
+    expect(page.locator("#kernels-details h3")).to_have_text("k1")  # nodes 3, 4 and 5
+
+    # ... and a kernel clicked on the right lights its three nodes up on the left.
+    page.evaluate("window.workbenchGraphs.kernels.jumpTo('k7')")
+    position = page.evaluate("window.workbenchGraphs.kernels.locate('k7')")
+    page.mouse.click(position["x"], position["y"])
+    expect(page.locator("#kernels-details h3")).to_have_text("k7")
+    expect(page.locator("#graph")).to_have_attribute("data-linked", "3")
+    expect(page.locator("#graph-search-status")).to_have_text("3 linked")
+    expect(page.locator("#graph-details h3")).to_have_text(names[21])
+    screenshot(page, "graph-side-by-side")
     assert not page_errors

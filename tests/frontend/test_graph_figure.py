@@ -1,4 +1,4 @@
-"""The graph view's payload: the layered layout, groups and their collapse bookkeeping,
+"""The graph view's payload: the layered layout, groups, the levels each group opens to,
 and the per-node metrics, built from analysis dicts written inline."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from frontend.figures.graph import (
     graph_payload,
     layout_graph,
     node_edges,
-    visible_items,
+    satellites,
 )
+from frontend.figures.graph.levels import ROOT, default_open, level, level_items
+from frontend.figures.graph.payload import graph_tree_of
 
 
 def node(name: str, op: str, inputs: list[str], flops: int = 0, **extra) -> dict:
@@ -84,6 +86,19 @@ def index_of(payload: dict, name: str) -> int:
     return payload["nodes"]["name"].index(name)
 
 
+def shown(tree: dict, opened: set[int]) -> list[int]:
+    """What the view draws with the groups ``opened`` open: the items of the top level and
+    of every open group's level reached from it (not the open groups themselves)."""
+    items, todo = [], [ROOT]
+    while todo:
+        for item in level_items(tree, todo.pop())[0]:
+            if item < 0 and -item - 1 in opened:
+                todo.append(-item - 1)
+            else:
+                items.append(item)
+    return items
+
+
 # -- layout -------------------------------------------------------------------------------
 
 
@@ -114,16 +129,19 @@ def test_layout_is_deterministic():
 
 
 def test_weights_sit_next_to_their_consumer_and_skip_edges_bend_around_the_chain():
-    payload = graph_payload(residual_net(2))
-    layer, x = payload["nodes"]["layer"], payload["nodes"]["x"]
-    weight, conv = index_of(payload, "b0_1_w"), index_of(payload, "b0_1_conv")
+    model = residual_net(2)
+    nodes = model["node_list"]
+    names = [n["name"] for n in nodes]
+    edges = node_edges(nodes)
+    layout = layout_graph(len(nodes), edges, light=satellites(nodes, edges, {"x"}).keys())
+    layer, x = layout.layer, layout.x
+    weight, conv = names.index("b0_1_w"), names.index("b0_1_conv")
     assert layer[weight] == layer[conv] - 1
     # The skip edge x -> b0_add has no producer inside the graph; the next block's one does.
-    add0, add1 = index_of(payload, "b0_add"), index_of(payload, "b1_add")
-    pairs = list(zip(payload["edges"][::2], payload["edges"][1::2], strict=True))
-    bend = payload["bends"][pairs.index((add0, add1))]
+    add0, add1 = names.index("b0_add"), names.index("b1_add")
+    bend = layout.bends[layout.edges.index((add0, add1))]
     assert len(bend) == layer[add1] - layer[add0] - 1
-    chain_x = {x[index_of(payload, f"b1_{k}_{op}")] for k in (1, 2) for op in ("conv", "relu")}
+    chain_x = {x[names.index(f"b1_{k}_{op}")] for k in (1, 2) for op in ("conv", "relu")}
     assert all(abs(b - c) >= 0.5 for b in bend for c in chain_x)
 
 
@@ -145,61 +163,87 @@ def test_a_long_edge_that_would_cost_too_many_bends_is_drawn_straight():
 # -- groups -------------------------------------------------------------------------------
 
 
-def covered(payload: dict, items: list[tuple[str, int]]) -> list[int]:
-    """Every node behind the visible items, once per item that shows it."""
-    group, parent = payload["nodes"]["group"], payload["groups"]["parent"]
-
-    def inside(v: int, g: int) -> bool:
-        h = group[v]
-        while h >= 0 and h != g:
-            h = parent[h]
-        return h == g
-
-    nodes = []
-    for kind, i in items:
-        nodes += [i] if kind == "node" else [v for v in range(len(group)) if inside(v, i)]
-    return sorted(nodes)
-
-
 def test_a_straight_chain_collapses_with_its_weights_into_one_group():
-    payload = graph_payload(residual_net(3))
-    groups = payload["groups"]
-    branch = payload["nodes"]["group"][index_of(payload, "b2_0_conv")]
+    tree = graph_tree_of(residual_net(3))
+    groups = tree["groups"]
+    branch = tree["nodes"]["group"][index_of(tree, "b2_0_conv")]
     assert groups["kind"][branch] == "chain"
-    members = [v for v, g in enumerate(payload["nodes"]["group"]) if g == branch]
-    assert [payload["nodes"]["name"][v] for v in members] == [
+    members = [v for v, g in enumerate(tree["nodes"]["group"]) if g == branch]
+    assert [tree["nodes"]["name"][v] for v in members] == [
         "b2_0_w", "b2_0_conv", "b2_0_bn", "b2_0_relu",
     ]  # fmt: skip
-    assert groups["head"][branch] == index_of(payload, "b2_0_conv")
+    assert groups["first"][branch] == index_of(tree, "b2_0_w")
     assert groups["size"][branch] == 4
     assert groups["label"][branch] == "Conv → BatchNormalization → Relu"
-    flops = next(m for m in payload["metrics"] if m["key"] == "flops")
+    flops = next(m for m in tree["metrics"] if m["key"] == "flops")
     assert flops["group_values"][branch] == 1110
     # A residual block's two convolutions are one straight line; the Add has two inputs.
-    line = payload["nodes"]["group"][index_of(payload, "b0_2_relu")]
+    line = tree["nodes"]["group"][index_of(tree, "b0_2_relu")]
     assert groups["size"][line] == 8
     assert groups["label"][line] == "Conv → … → Relu (6 ops)"
-    assert payload["nodes"]["group"][index_of(payload, "b0_add")] != line
+    assert tree["nodes"]["group"][index_of(tree, "b0_add")] != line
 
 
-def test_modules_between_cuts_hold_their_chains_and_collapsing_shows_every_node_once():
-    payload = graph_payload(residual_net(3))
-    kinds, parent = payload["groups"]["kind"], payload["groups"]["parent"]
+def test_modules_between_cuts_hold_their_chains_and_every_node_is_drawn_once():
+    tree = graph_tree_of(residual_net(3))
+    kinds, parent = tree["groups"]["kind"], tree["groups"]["parent"]
     blocks = [g for g, k in enumerate(kinds) if k == "module"]
     assert len(blocks) == 3  # two residual blocks and the inception-style module
     chains = [g for g, k in enumerate(kinds) if k == "chain"]
     assert chains and all(kinds[parent[g]] == "module" for g in chains)
-    n = len(payload["nodes"]["name"])
-    for collapsed in ([], chains, blocks, blocks + chains, [blocks[0], chains[-1]]):
-        items = visible_items(payload, collapsed)
-        assert covered(payload, items) == list(range(n))
-    # Collapsing a block hides its chains; expanding it shows them as they were left.
-    block = blocks[0]
-    inner = [g for g in chains if parent[g] == block]
-    shown = visible_items(payload, [block, *inner])
-    assert ("group", block) in shown and not {("group", g) for g in inner} & set(shown)
-    shown = visible_items(payload, inner)
-    assert {("group", g) for g in inner} <= set(shown)
+    n = len(tree["nodes"]["name"])
+    every = set(range(len(kinds)))
+    for opened in (set(), set(blocks), every, every - set(chains), {blocks[0], chains[-1]}):
+        items = shown(tree, opened)
+        assert len(items) == len(set(items))
+        behind = [v for item in items for v in members(tree, item)]
+        assert sorted(behind) == list(range(n))  # each node once
+    # A chain inside a closed module is not drawn, however it was left.
+    inner = [g for g in chains if parent[g] == blocks[0]]
+    assert not {-(g + 1) for g in inner} & set(shown(tree, set(inner)))
+    assert {-(g + 1) for g in inner} <= set(shown(tree, {blocks[0]}))
+
+
+def members(tree: dict, item: int) -> list[int]:
+    if item >= 0:
+        return [item]
+    g, parent = -item - 1, tree["groups"]["parent"]
+
+    def inside(v: int) -> bool:
+        h = tree["nodes"]["group"][v]
+        while h >= 0 and h != g:
+            h = parent[h]
+        return h == g
+
+    return [v for v in range(len(tree["nodes"]["name"])) if inside(v)]
+
+
+def test_a_level_lays_out_its_items_and_keeps_the_node_pairs_of_its_edges():
+    tree = graph_tree_of(residual_net(3))
+    top = level(tree, ROOT)
+    assert len(top["items"]) == len(top["layer"]) == len(top["x"])
+    # Every node pair is an edge of exactly one level: the innermost holding both ends.
+    pairs = []
+    for g in [ROOT, *range(len(tree["groups"]["parent"]))]:
+        lv = level(tree, g)
+        assert len(lv["raw"]) == len(lv["edges"]) // 2 == len(lv["bends"])
+        assert lv["nodes"]["index"] == [i for i in lv["items"] if i >= 0]
+        for raw in lv["raw"]:
+            pairs += [(u, v) for u, v, *_ in raw]
+        # A level's items are laid out apart on each layer.
+        by_layer: dict[int, list[float]] = {}
+        for layer, x in zip(lv["layer"], lv["x"], strict=True):
+            by_layer.setdefault(layer, []).append(x)
+        for xs in by_layer.values():
+            xs.sort()
+            assert all(b - a >= 0.5 - 1e-9 for a, b in zip(xs, xs[1:], strict=False))
+    edges = node_edges(residual_net(3)["node_list"])
+    assert sorted(pairs) == sorted(edges)
+    conv, relu = index_of(tree, "b2_0_conv"), index_of(tree, "b2_0_relu")
+    chain = level(tree, tree["nodes"]["group"][conv])
+    tensors = {(u, v): carried for raw in chain["raw"] for u, v, carried, *_ in raw}
+    assert tensors[(conv, conv + 1)] == ["b2_0_conv"]
+    assert chain["values"]["flops"][chain["items"].index(relu)] == 10
 
 
 def test_structure_from_the_analysis_is_used_when_present():
@@ -211,22 +255,26 @@ def test_structure_from_the_analysis_is_used_when_present():
         "blocks": [],
         "chains": [{"anchor": "b0_1_conv", "nodes": ["b0_1_conv", "b0_1_bn"]}],
     }
-    payload = graph_payload(model)
-    kinds = payload["groups"]["kind"]
+    tree = graph_tree_of(model)
+    kinds = tree["groups"]["kind"]
     assert kinds.count("stage") == 2
-    chain = payload["nodes"]["group"][index_of(payload, "b0_1_bn")]
+    chain = tree["nodes"]["group"][index_of(tree, "b0_1_bn")]
     assert kinds[chain] == "chain"
-    assert payload["groups"]["size"][chain] == 3  # the weight producer joins its consumer
-    assert kinds[payload["groups"]["parent"][chain]] == "module"  # computed: never given
+    assert tree["groups"]["size"][chain] == 3  # the weight producer joins its consumer
+    assert kinds[tree["groups"]["parent"][chain]] == "module"  # computed: never given
 
 
 def test_a_big_model_opens_collapsed_and_a_small_one_expanded():
-    small = graph_payload(residual_net(3))
-    assert small["collapsed"] == []
-    big = graph_payload(residual_net(180))
+    small = graph_tree_of(residual_net(3))
+    assert default_open(small) == list(range(len(small["groups"]["parent"])))
+    big = graph_tree_of(residual_net(180))
     assert len(big["nodes"]["name"]) > 2000
-    assert big["collapsed"]
-    assert len(visible_items(big, big["collapsed"])) <= VISIBLE_LIMIT
+    opened = default_open(big)
+    assert len(opened) < len(big["groups"]["parent"])
+    assert len(shown(big, set(opened))) <= VISIBLE_LIMIT
+    # The first view carries the levels it opens, and only those.
+    view = graph_payload(residual_net(3))
+    assert [lv["group"] for lv in view["levels"]][:1] == [ROOT]
 
 
 # -- metrics ------------------------------------------------------------------------------
@@ -236,19 +284,23 @@ def test_metrics_are_per_node_columns_with_group_aggregates():
     model = residual_net(3)
     latency = {"b2_0_conv": 12.5, "b2_0_relu": 1.5}
     payload = graph_payload(model, {"latency_us": Metric("latency", values=latency, unit="µs")})
-    metrics = {m["key"]: m for m in payload["metrics"]}
-    assert list(metrics) == ["op_type", "flops", "bytes", "params", "intensity", "latency_us"]
-    conv = index_of(payload, "b2_0_conv")
+    keys = [m["key"] for m in payload["metrics"]]
+    assert keys == ["op_type", "flops", "bytes", "params", "intensity", "latency_us"]
+    tree = graph_tree_of(model)
+    metrics = {m["key"]: m for m in tree["metrics"]}
+    conv = index_of(tree, "b2_0_conv")
     op_type = metrics["op_type"]
     assert op_type["kind"] == "categorical"
     assert op_type["categories"][op_type["values"][conv]] == "Conv"
-    chain = payload["nodes"]["group"][conv]
+    chain = tree["nodes"]["group"][conv]
     assert op_type["categories"][op_type["group_values"][chain]] == "Conv"
-    assert metrics["latency_us"]["values"][conv] == 12.5
-    assert metrics["latency_us"]["values"][index_of(payload, "b2_0_bn")] is None
-    assert metrics["latency_us"]["group_values"][chain] == 14.0
     assert metrics["bytes"]["group_values"][chain] == 800
     assert metrics["intensity"]["group_values"][chain] == pytest.approx(1110 / 800, abs=1e-3)
+    assert metrics["flops"]["range"]["log"] and metrics["op_type"]["range"] is None
+    # A stage's overlay goes by node name; the browser sums it over groups.
+    overlay = payload["metrics"][-1]
+    assert dict(zip(overlay["names"], overlay["values"], strict=True)) == latency
+    assert overlay["aggregate"] == "sum" and "group_values" not in overlay
 
 
 def test_a_metric_of_the_wrong_length_is_refused():
@@ -258,7 +310,7 @@ def test_a_metric_of_the_wrong_length_is_refused():
 
 def test_an_empty_graph_gives_an_empty_payload():
     payload = graph_payload(analysis([]))
-    assert payload["nodes"]["name"] == [] and payload["edges"] == []
+    assert payload["nodes"]["name"] == [] and payload["levels"][0]["items"] == []
 
 
 def test_an_added_categorical_metric_can_open_the_view():
@@ -305,7 +357,7 @@ def test_the_layout_is_built_once_per_analysis_with_a_store():
     finally:
         store.use_store(None)
     assert len(kept) == 2  # two analyses, four views
-    assert again == first and with_latency["nodes"] == first["nodes"]
+    assert again == first and with_latency["levels"] == first["levels"]
     assert [m["key"] for m in with_latency["metrics"]][-1] == "lat"
     assert changed["nodes"]["name"] != first["nodes"]["name"]
 
@@ -321,3 +373,38 @@ def test_overlays_of_several_stages_meet_in_one_view():
     combined = combine_overlays([latency, unit])
     keys = [m["key"] for m in combined["metrics"]]
     assert keys[-2:] == ["unit", "lat"] and len(keys) == len(set(keys))
+
+
+# -- compiled kernels beside the graph ------------------------------------------------------
+
+
+def test_kernels_become_a_graph_of_their_own_with_the_nodes_each_runs():
+    from frontend.figures.graph.kernels import kernel_analysis, kernel_metrics
+
+    model = residual_net(2)
+    names = [n["name"] for n in model["node_list"]]
+    # Each Conv-BN-Relu chain with its weight is one kernel; the Adds and the stem alone.
+    kernels, groups = [], {}
+    for name in names:
+        head = name.rsplit("_", 1)[0] if name.count("_") >= 2 else name
+        groups.setdefault(head, []).append(name)
+    for k, members in enumerate(groups.values()):
+        kernels.append({"id": k, "nodes": members, "time_us": 2.0 * (k + 1), "backend": "tvm"})
+    kernels.append({"id": 99, "nodes": ["not-in-this-model"]})  # left out
+    result = {"kernels": kernels}
+    graph, nodes_of = kernel_analysis(model, result)
+    kernel_names = [n["name"] for n in graph["node_list"]]
+    assert kernel_names == [str(k) for k in range(len(groups))]  # in execution order
+    assert sorted(v for members in nodes_of.values() for v in members) == sorted(names)
+    # An edge where a tensor passes between kernels; a graph input or weight is none.
+    by_name = {n["name"]: n for n in graph["node_list"]}
+    chain = next(k for k, members in nodes_of.items() if "b0_2_conv" in members)
+    first = next(k for k, members in nodes_of.items() if "b0_1_conv" in members)
+    assert by_name[chain]["inputs"] == ["b0_1_relu"]
+    assert "b0_1_w_shape" not in by_name[first]["inputs"]
+    assert by_name[chain]["op_type"] == "ConstantOfShape + Conv + BatchNormalization + …"
+    payload = graph_payload(graph, kernel_metrics(result), initial="kernel_us")
+    assert payload["initial_metric"] == "kernel_us"
+    label = next(m["label"] for m in payload["metrics"] if m["key"] == "kernel_us")
+    assert label == "kernel time, measured (µs)"
+    assert kernel_analysis(model, {})[0]["node_list"] == []

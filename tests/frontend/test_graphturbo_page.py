@@ -27,7 +27,8 @@ def test_the_figures_hold_kernels_bytes_and_the_ablation():
     report = _report()
     plan = report["results"]["graphturbo"]
     figures = present("partition", report)["figures"]
-    assert set(figures) == {"gt_kernels", "gt_offcore", "gt_ablation"}
+    assert set(figures) == {"gt_kernels", "gt_offcore", "gt_ablation", "gt_instances", "gt_gantt",
+                            "gt_occupancy"}  # fmt: skip
     assert figures["gt_kernels"]["data"][0]["y"] == [
         plan["baseline_kernels"], plan["kernels"], plan["instances"]
     ]  # fmt: skip

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import pytest
 
 from engine.graph import analyze_model
-from frontend.figures.graph import store
 from tests.conftest import SQUEEZENET
-from workbench.graph_store import STORE, model_key, warm_graph
+from workbench import graph_store
+from workbench.graph_store import STORE, model_key, prune, warm_graph
 from workbench.models import OnnxModel, Run, StageResult, Status, Target
 from workbench.uploads import store_model_file
 
@@ -51,12 +52,13 @@ def profiled(model: OnnxModel) -> None:
 
 def test_the_layout_is_built_once_and_served_gzipped(client, user, model, monkeypatch):
     built = []
-    real = store.cached
+    real = graph_store.first_view
 
-    def counting(analysis, version, build):
-        return real(analysis, version, lambda a: built.append(1) or build(a))
+    def counting(tree):
+        built.append(1)
+        return real(tree)
 
-    monkeypatch.setattr("workbench.graph_store.cached", counting)
+    monkeypatch.setattr("workbench.graph_store.first_view", counting)
     warm_graph(model.pk)  # what the analyze stage does
     profiled(model)
     client.force_login(user)
@@ -68,6 +70,7 @@ def test_the_layout_is_built_once_and_served_gzipped(client, user, model, monkey
         assert data["Content-Encoding"] == "gzip" and "immutable" in data["Cache-Control"]
         base = json.loads(gzip.decompress(data.content))
         assert base["nodes"]["name"] == [n["name"] for n in model.analysis["node_list"]]
+        assert base["levels"][0]["group"] == -1
     assert len(built) == 1
     (latency,) = overlays
     assert latency["label"] == "latency, measured (µs)" and set(latency["values"]) == {5.0}
@@ -87,3 +90,78 @@ def test_other_users_get_404(client, other_user, model):
     client.force_login(other_user)
     assert client.get(f"/models/{model.pk}/graph/").status_code == 404
     assert client.get(src).status_code == 404
+
+
+def levels_of(client, model, query: str):
+    key = model_key(model.pk)
+    return client.get(f"/models/{model.pk}/graph/{key}/levels.json?g={query}")
+
+
+def test_a_level_is_laid_out_when_first_asked_for_then_kept(client, user, model, monkeypatch):
+    warm_graph(model.pk)
+    client.force_login(user)
+    tree = STORE.get(model_key(model.pk), "tree.marshal")
+    parent = tree["groups"]["parent"]
+    deep = (
+        next(g for g, p in enumerate(parent) if p >= 0 and parent[p] >= 0)
+        if any(p >= 0 and parent[p] >= 0 for p in parent)
+        else len(parent) - 1
+    )
+    laid = []
+    real = graph_store.level
+    monkeypatch.setattr("workbench.graph_store.level", lambda t, g: laid.append(g) or real(t, g))
+    for _ in range(2):
+        response = levels_of(client, model, f"{deep},-1")
+        assert response.status_code == 200
+        sent = json.loads(response.content)["levels"]
+        assert [lv["group"] for lv in sent] == [deep, -1]
+    assert laid.count(deep) <= 1 and -1 not in laid  # the top was laid out by warm_graph
+    everything = json.loads(levels_of(client, model, "all").content)["levels"]
+    assert len(everything) == len(parent) + 1
+
+
+@pytest.mark.parametrize("query", ["", "x", "1,,2", "99999", "-2"])
+def test_a_bad_level_request_is_a_400(client, user, model, query):
+    warm_graph(model.pk)
+    client.force_login(user)
+    assert levels_of(client, model, query).status_code == 400
+
+
+def test_levels_of_a_stale_key_are_404_and_other_users_get_404(client, other_user, model):
+    warm_graph(model.pk)
+    key = model_key(model.pk)
+    client.force_login(other_user)
+    assert client.get(f"/models/{model.pk}/graph/{key}/levels.json?g=-1").status_code == 404
+
+
+def test_stored_layouts_go_with_their_model_and_the_store_is_bounded(user, other_user, model):
+    warm_graph(model.pk)
+    first = model_key(model.pk)
+    assert STORE.entry(first).is_dir()
+    # Analyzed again: the old entry is pruned, the new one kept.
+    model.analysis = {**model.analysis, "analysis_s": 123.0}
+    model.save(update_fields=["analysis"])
+    warm_graph(model.pk)  # prunes
+    second = model_key(model.pk)
+    assert not STORE.entry(first).exists() and STORE.entry(second).is_dir()
+    # Over the bound: the least recently used go first.
+    other = OnnxModel.objects.create(
+        owner=other_user,
+        name="again.onnx",
+        file=model.file.name,
+        sha256=model.sha256,
+        size_bytes=model.size_bytes,
+        ir_version=model.ir_version,
+        node_count=model.node_count,
+        analysis={**model.analysis, "analysis_s": 7.0},
+    )
+    warm_graph(other.pk)
+    newest = model_key(other.pk)
+    os.utime(STORE.entry(second), (1, 1))
+    size = sum(f.stat().st_size for f in STORE.entry(newest).iterdir())
+    assert prune(max_bytes=size) == [second]
+    assert STORE.entry(newest).is_dir()
+    # A deleted model's entries go with it.
+    other.delete()
+    assert not STORE.entry(newest).exists()
+    assert prune() == []

@@ -20,6 +20,7 @@ from engine.graph.ir import Graph
 from engine.partition.graphturbo.grouping import group_subgraphs
 from engine.partition.graphturbo.instances import breadth_first, build_instances, depth_first
 from engine.partition.graphturbo.schedule import MODEL, Chip, per_layer, replay
+from engine.partition.graphturbo.timeline import instance_graph, timeline
 from engine.partition.graphturbo.view import DsaGraph, build_view
 from engine.partition.problem import PartitionError
 from engine.partition.registry import PartitionOptions, register_graph_planner
@@ -102,11 +103,15 @@ def plan_graphturbo(
     chosen = max(
         orders, key=lambda k: (replays[k].local_hit, -replays[k].offcore_bytes, k == "bfs")
     )
+    trace: list[dict] = []
     steps = [
         ("data in global only", replay(instances, natural, chip, keep_local=False, prefetch=False)),
         ("data in local", replays["bfs"]),
         ("+ ordering", replays[chosen]),
-        ("+ prefetch", replay(instances, orders[chosen], chip, keep_local=True, prefetch=True)),
+        (
+            "+ prefetch",
+            replay(instances, orders[chosen], chip, keep_local=True, prefetch=True, trace=trace),
+        ),
     ]
     final, baseline = steps[-1][1], per_layer(view, chip)
     report(0.95, "GraphTurbo: done")
@@ -155,6 +160,8 @@ def plan_graphturbo(
         },
         "recompute_pct": instances.recompute_pct,
         "stages": _per_stage(subgraphs),
+        "instance_graph": instance_graph(instances),
+        "timeline": timeline(instances, trace, chip, final.latency_us) if known else None,
     }
 
 

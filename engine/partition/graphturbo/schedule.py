@@ -82,9 +82,16 @@ class Replay:
 
 
 def replay(
-    graph: InstanceGraph, order: list[int], chip: Chip, *, keep_local: bool, prefetch: bool
+    graph: InstanceGraph,
+    order: list[int],
+    chip: Chip,
+    *,
+    keep_local: bool,
+    prefetch: bool,
+    trace: list | None = None,
 ) -> Replay:
-    """Replay ``order`` (see the module docstring)."""
+    """Replay ``order`` (see the module docstring); ``trace``, when given, receives one
+    entry per step: the instance, its times and bytes, the local buffer in use."""
     insts = graph.instances
     position = {x: k for k, x in enumerate(order)}
     consumers = graph.consumers()
@@ -152,6 +159,21 @@ def replay(
         moved_us = lg / (chip.global_bw_gbps * 1e3) + gd / (chip.dram_bw_gbps * 1e3)
         exposed = max(0.0, weight_us - previous_compute_us) if prefetch else weight_us
         r.latency_us += (chip.launch_us + compute_us + moved_us + exposed) / share
+        if trace is not None:
+            trace.append(
+                {
+                    "instance": x,
+                    "launch_us": chip.launch_us,
+                    "compute_us": compute_us,
+                    "moved_us": moved_us,
+                    "weight_us": weight_us,
+                    "exposed_weight_us": exposed,
+                    "local_global_bytes": lg + inst.weight_bytes,
+                    "global_dram_bytes": gd + weights_from_dram,
+                    "occupancy_bytes": r.occupancy[-1],
+                    "cores": cores,
+                }
+            )
         previous_compute_us = compute_us
     return r
 

@@ -5,7 +5,8 @@ The node list is in topological order (the analysis sorts it); every metric is a
 aligned with it, so a new one (latency, compute unit, kernel) is one more ``Metric``.
 
 ``edges`` reads the graph from the node list, ``layout`` draws it in layers, ``groups``
-nests it for big models, ``metrics`` colours it and ``payload`` puts the view together.
+nests it, ``levels`` lays each group's inside out on its own, ``metrics`` colours it and
+``payload`` puts the view together.
 """
 
 from frontend.figures.graph.edges import node_edges, satellites
@@ -14,10 +15,8 @@ from frontend.figures.graph.groups import (
     VISIBLE_LIMIT,
     Group,
     cut_modules,
-    default_collapsed,
     find_groups,
     straight_chains,
-    visible_items,
 )
 from frontend.figures.graph.layout import (
     GAP,
@@ -45,13 +44,11 @@ __all__ = [
     "combine_overlays",
     "count_crossings",
     "cut_modules",
-    "default_collapsed",
     "find_groups",
     "graph_payload",
     "layout_graph",
     "node_edges",
     "satellites",
     "straight_chains",
-    "visible_items",
     "with_metrics",
 ]

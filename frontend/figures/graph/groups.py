@@ -2,9 +2,8 @@
 
 Big models open collapsed into nested groups: stages and key-op blocks from the analysis's
 ``structure`` when it has one, modules between single-node cuts, straight chains (each
-with its weight producers). Every node keeps its position in the full layout; the browser
-draws a collapsed group at its head node and drops the rows nothing visible occupies, so
-expanding a group needs no new layout.
+with its weight producers). Each group's inside is laid out on its own when it is first
+opened (``levels``).
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from frontend.figures.graph.layout import Layout
-
 GROUP_KINDS = ("stage", "block", "module", "chain")  # outermost first
-VISIBLE_LIMIT = 600  # a model with more nodes than this opens collapsed
+VISIBLE_LIMIT = 600  # the first view opens groups while it shows at most this many items
 
 
 @dataclass(frozen=True)
@@ -140,13 +137,6 @@ def cut_modules(
     return blocks
 
 
-def group_head(members: list[int], owner: Mapping[int, int], layout: Layout) -> int:
-    """The node a group is drawn at when collapsed: its top left member, weight producers
-    aside."""
-    main = [v for v in members if v not in owner] or members
-    return min(main, key=lambda v: (layout.layer[v], layout.x[v], v))
-
-
 def _label(kind: str, nodes: Sequence[dict], members: list[int], owner: Mapping[int, int]) -> str:
     """A chain reads as its ops in order; a block or stage as its commonest ops."""
     main = [nodes[v]["op_type"] for v in members if v not in owner]
@@ -157,30 +147,3 @@ def _label(kind: str, nodes: Sequence[dict], members: list[int], owner: Mapping[
     counts = Counter(main)
     top = [f"{op}×{count}" if count > 1 else op for op, count in counts.most_common(3)]
     return " · ".join(top) + (" · …" if len(counts) > 3 else "")
-
-
-def default_collapsed(payload: dict) -> list[int]:
-    """Collapse chains, then blocks, then stages, until few enough items remain visible."""
-    kinds = payload["groups"]["kind"]
-    collapsed: list[int] = []
-    if len(payload["nodes"]["name"]) <= VISIBLE_LIMIT:
-        return collapsed
-    for kind in reversed(GROUP_KINDS):
-        collapsed += [g for g, k in enumerate(kinds) if k == kind]
-        if len(visible_items(payload, collapsed)) <= VISIBLE_LIMIT:
-            break
-    return sorted(collapsed)
-
-
-def visible_items(payload: dict, collapsed: Sequence[int]) -> list[tuple[str, int]]:
-    """What the browser draws for a set of collapsed groups: ("node", i) for nodes outside
-    every collapsed group, ("group", g) for the outermost collapsed groups. graph.js
-    computes the same."""
-    parent = payload["groups"]["parent"]
-    shut = set(collapsed)
-    top = [-1] * len(parent)
-    for g, p in enumerate(parent):
-        top[g] = top[p] if p >= 0 and top[p] >= 0 else (g if g in shut else -1)
-    items = [("group", g) for g in range(len(parent)) if top[g] == g]
-    items += [("node", v) for v, g in enumerate(payload["nodes"]["group"]) if g < 0 or top[g] < 0]
-    return items

@@ -71,8 +71,11 @@ def layout_graph(n: int, edges: Sequence[tuple[int, int]], light: Collection[int
         pull[v] = LIGHT_PULL
 
     order = _initial_order(n, node_layer, up, down, light)
-    _reduce_crossings(order, up, down, pull)
-    x = _place(order, up, down, n, light)
+    if all(len(row) <= 1 for row in order):  # a straight line (most chains): nothing to order
+        x = [0.0] * len(node_layer)
+    else:
+        _reduce_crossings(order, up, down, pull)
+        x = _place(order, up, down, n, light)
     low = min(x, default=0.0)
     x = [value - low for value in x]
     return Layout(

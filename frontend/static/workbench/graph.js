@@ -1,33 +1,43 @@
-// The model graph explorer. The server lays the graph out once per analysis
-// (frontend/figures/graph/, cached); this file only draws it, on a 2D canvas of its own.
+// The model graph explorer: draws what graph-levels.js places, on a 2D canvas of its own.
+// The server lays each level of the hierarchy out once, when it is first opened
+// (frontend/figures/graph/levels.py); the model page fetches the first view's levels and
+// then each group's as it opens, pages that hand the graph over inline send them all.
 //
 // Why a canvas and not Plotly (measured in headless Chromium without a GPU, generated
 // model of 50,400 nodes, everything expanded): Plotly's scattergl panned at 0.6 frames
 // per second and took 9 s to expand everything; this renderer draws only what is in view
 // (rows are indexed), switches from dots to op boxes with their attributes as one zooms
 // in, and while a gesture goes on over a frame that took long to draw it moves the last
-// frame's picture instead, redrawing fully when the gesture rests. See the README's
-// "Graph explorer" section for the figures and the libraries weighed against it.
+// frame's picture instead, redrawing fully when the gesture rests. docs/graph-renderer.md
+// has the figures and the libraries weighed against it.
 //
-// Every node keeps its place in the full layout: a collapsed group is drawn at its head
-// node and rows nothing visible occupies are dropped, so expanding or collapsing a group
-// recomputes positions in one pass, with no layout in the browser.
+// A page may hold several explorers (.graph-explorer, each with its parts' ids prefixed by
+// its own id: "graph-plot", "kernels-plot"...); graph-sides.js links two of them.
 (function () {
   "use strict";
-  const root = document.getElementById("graph");
-  if (!root) return;
-  const started = performance.now();
-  const inline = document.getElementById("graph-data");
-  const loaded = inline ? Promise.resolve(JSON.parse(inline.textContent))
-    : fetch(root.dataset.src, { credentials: "same-origin" }).then(function (r) {
+  document.querySelectorAll(".graph-explorer").forEach(function (root) {
+    if (root.dataset.started) return; // this file is included once per explorer
+    root.dataset.started = "1";
+    const started = performance.now();
+    const inline = document.getElementById(root.id + "-data");
+    const fetchLevels = inline ? null : function (groups) {
+      return getJSON(root.dataset.levels + "?g=" + (groups ? groups.join(",") : "all"));
+    };
+    const loaded = inline ? Promise.resolve(JSON.parse(inline.textContent)) : getJSON(root.dataset.src);
+    loaded.then(function (data) { start(data, root, started, fetchLevels); }).catch(function (error) {
+      root.dataset.error = String(error);
+      const status = document.getElementById(root.id + "-status");
+      if (status) status.textContent = "The graph could not be loaded (" + error.message + "); reload to try again.";
+      else throw error;
+    });
+  });
+
+  function getJSON(url) {
+    return fetch(url, { credentials: "same-origin" }).then(function (r) {
       if (!r.ok) throw new Error("graph data: HTTP " + r.status);
       return r.json();
     });
-  loaded.then(start, function (error) {
-    root.dataset.error = String(error);
-    const status = document.getElementById("graph-status");
-    if (status) status.textContent = "The graph could not be loaded (" + error.message + "); reload to try again.";
-  });
+  }
 
   const PALETTE = [
     "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
@@ -51,31 +61,24 @@
     return "rgb(" + c.join(",") + ")";
   }
 
-  function start(data) {
-    // A page that fetches the stored base puts the stage overlays beside it, by node name.
-    const sent = document.getElementById("graph-overlays");
-    const overlays = sent ? JSON.parse(sent.textContent) : [];
-    if (overlays.length) {
-      // Overlays come by node name: put their values in node order.
-      const index = new Map();
-      data.nodes.name.forEach(function (name, v) { index.set(name, v); });
-      overlays.forEach(function (m) {
-        const values = new Array(data.nodes.name.length).fill(null);
-        m.names.forEach(function (name, i) { const v = index.get(name); if (v !== undefined) values[v] = m.values[i]; });
-        m.values = values;
-      });
-      const keys = new Set(overlays.map(function (m) { return m.key; }));
-      data.metrics = data.metrics.filter(function (m) { return !keys.has(m.key); }).concat(overlays);
-    }
-    const nodes = data.nodes, groups = data.groups;
-    const N = nodes.name.length, G = groups.kind.length;
+  function start(data, root, started, fetchLevels) {
+    function part(name) { return document.getElementById(root.id + "-" + name); }
+    const model = window.WorkbenchGraphLevels(data, fetchLevels);
+    // Stage overlays come by node name, beside the stored graph or inside the inline one.
+    const sent = part("overlays");
+    const overlays = (sent ? JSON.parse(sent.textContent) : []).concat(data.metrics.filter(function (m) { return m.names; }));
+    overlays.forEach(model.addOverlay);
+    const keys = new Set(overlays.map(function (m) { return m.key; }));
+    data.metrics = data.metrics.filter(function (m) { return !m.names && !keys.has(m.key); }).concat(overlays);
+    const groups = model.groups, cols = model.cols;
+    const N = model.N, G = model.G;
     if (!N) return;
-    const plot = document.getElementById("graph-plot");
-    const details = document.getElementById("graph-details");
-    const legend = document.getElementById("graph-legend");
-    const searchBox = document.getElementById("graph-search");
-    const searchStatus = document.getElementById("graph-search-status");
-    const metricSelect = document.getElementById("graph-metric");
+    const plot = part("plot");
+    const details = part("details");
+    const legend = part("legend");
+    const searchBox = part("search");
+    const searchStatus = part("search-status");
+    const metricSelect = part("metric");
     const canvas = document.createElement("canvas");
     canvas.tabIndex = 0;
     canvas.setAttribute("role", "img");
@@ -90,142 +93,35 @@
 
     const metrics = {};
     data.metrics.forEach(function (m) { metrics[m.key] = m; });
-    if (metricSelect.options.length === 0) {
+    if (metricSelect.options.length !== data.metrics.length) {
+      metricSelect.replaceChildren();
       data.metrics.forEach(function (m) { metricSelect.append(new Option(m.label, m.key)); });
     }
     const state = {
-      collapsed: new Uint8Array(G),
       metric: metrics[data.initial_metric] ? data.initial_metric : data.metrics[0].key,
       selected: null, // an item: node index >= 0, group g as -(g + 1)
       query: "", matches: [], cursor: -1,
       cx: 0, cy: 0, k: 20, // view centre (layout units) and zoom (px per unit)
       hover: null,
     };
-    data.collapsed.forEach(function (g) { state.collapsed[g] = 1; });
-
-    const preds = [], succs = [];
-    for (let v = 0; v < N; v++) { preds.push([]); succs.push([]); }
-    for (let k = 0; k < data.edges.length; k += 2) {
-      succs[data.edges[k]].push(data.edges[k + 1]);
-      preds[data.edges[k + 1]].push(data.edges[k]);
-    }
-    // A tensor's producer and consumers, from the node's own neighbours: no index over
-    // every tensor name (that took 180 ms on 50,000 nodes, the first time a node was clicked).
     function producerOf(v, t) {
-      return preds[v].find(function (u) { return nodes.outputs[u].indexOf(t) >= 0; });
+      const e = (model.inEdges.get(v) || []).find(function (e) { return e.tensors.indexOf(t) >= 0; });
+      return e ? e.u : undefined;
     }
     function consumersOf(v, t) {
-      return succs[v].filter(function (w) { return nodes.inputs[w].indexOf(t) >= 0; });
+      return (model.outEdges.get(v) || []).filter(function (e) { return e.tensors.indexOf(t) >= 0; })
+        .map(function (e) { return e.v; });
     }
-    let layers = 0;
-    for (let v = 0; v < N; v++) layers = Math.max(layers, nodes.layer[v] + 1);
-    data.metrics.forEach(groupValues);
+    function neighbours(map, v, end) {
+      return Array.from(new Set((map.get(v) || []).map(function (e) { return e[end]; })));
+    }
     let lowerNames = null;
-    let view = computeView();
+    let view = model.computeView();
     let colors = itemColors();
-
-    // -- what is visible -------------------------------------------------------------------
 
     function isGroup(item) { return item < 0; }
     function groupIndex(item) { return -item - 1; }
-    function nodeOf(item) { return isGroup(item) ? groups.head[groupIndex(item)] : item; }
-
-    function groupValues(m) {
-      // Overlays come without group values: a group sums, or takes the commonest, the
-      // least or the most of its members' known values, as the metric says.
-      if (m.group_values) return;
-      const out = new Array(G).fill(null), counts = new Array(G).fill(null);
-      for (let v = 0; v < N; v++) {
-        const value = m.values[v];
-        if (value === null || value === undefined) continue;
-        for (let g = nodes.group[v]; g >= 0; g = groups.parent[g]) {
-          if (m.aggregate === "mode") {
-            const c = counts[g] || (counts[g] = new Map());
-            c.set(value, (c.get(value) || 0) + 1);
-          } else if (m.aggregate === "min") out[g] = out[g] === null ? value : Math.min(out[g], value);
-          else if (m.aggregate === "max") out[g] = out[g] === null ? value : Math.max(out[g], value);
-          else out[g] = (out[g] || 0) + value;
-        }
-      }
-      counts.forEach(function (c, g) {
-        if (!c) return;
-        let best = null, most = 0;
-        c.forEach(function (n, value) { if (n > most) { best = value; most = n; } });
-        out[g] = best;
-      });
-      m.group_values = out;
-    }
-
-    function computeView() {
-      const top = new Int32Array(G); // the outermost collapsed group around each group, or -1
-      for (let g = 0; g < G; g++) {
-        const p = groups.parent[g];
-        top[g] = p >= 0 && top[p] >= 0 ? top[p] : (state.collapsed[g] ? g : -1);
-      }
-      const itemOf = new Int32Array(N);
-      const items = [];
-      for (let g = 0; g < G; g++) if (top[g] === g) items.push(-(g + 1));
-      for (let v = 0; v < N; v++) {
-        const g = nodes.group[v];
-        const t = g >= 0 ? top[g] : -1;
-        itemOf[v] = t >= 0 ? -(t + 1) : v;
-        if (t < 0) items.push(v);
-      }
-      const used = new Uint8Array(layers);
-      items.forEach(function (item) { used[nodes.layer[nodeOf(item)]] = 1; });
-      const rowOf = new Int32Array(layers);
-      let rows = 0;
-      for (let l = 0; l < layers; l++) { rowOf[l] = rows; if (used[l]) rows += 1; }
-      // Items by row, for drawing and hit-testing only what is in view.
-      const M = items.length;
-      const x = new Float64Array(M), row = new Int32Array(M);
-      const rowStart = new Int32Array(rows + 1);
-      items.forEach(function (item, i) {
-        const v = nodeOf(item);
-        x[i] = nodes.x[v]; row[i] = rowOf[nodes.layer[v]];
-        rowStart[row[i] + 1] += 1;
-      });
-      for (let r = 0; r < rows; r++) rowStart[r + 1] += rowStart[r];
-      const fill = rowStart.slice(0, rows), byRow = new Int32Array(M);
-      for (let i = 0; i < M; i++) byRow[fill[row[i]]++] = i;
-      const indexOf = new Map();
-      items.forEach(function (item, i) { indexOf.set(item, i); });
-      const v = { items: items, itemOf: itemOf, used: used, rowOf: rowOf, rows: rows, x: x, row: row,
-        rowStart: rowStart, byRow: byRow, indexOf: indexOf };
-      v.edges = edgeLines(v);
-      return v;
-    }
-
-    function edgeLines(v) {
-      // Polylines between visible items through the bends of rows still shown, once per pair.
-      const px = [], py = [], start = [0], from = [], to = [], raw = [], lo = [], hi = [], left = [], right = [];
-      const seen = new Set(), span = N + G + 2;
-      for (let k = 0, e = 0; k < data.edges.length; k += 2, e++) {
-        const a = v.itemOf[data.edges[k]], b = v.itemOf[data.edges[k + 1]];
-        if (a === b) continue;
-        const key = (a + G + 1) * span + (b + G + 1);
-        if (seen.has(key)) continue;
-        seen.add(key);
-        const la = nodes.layer[nodeOf(a)], lb = nodes.layer[nodeOf(b)];
-        let x0 = nodes.x[nodeOf(a)], x1 = x0;
-        px.push(x0); py.push(v.rowOf[la]);
-        const bend = data.bends[e], first = nodes.layer[data.edges[k]] + 1;
-        for (let i = 0; i < bend.length; i++) {
-          const l = first + i;
-          if (l > la && l < lb && v.used[l]) {
-            px.push(bend[i]); py.push(v.rowOf[l]);
-            x0 = Math.min(x0, bend[i]); x1 = Math.max(x1, bend[i]);
-          }
-        }
-        const xb = nodes.x[nodeOf(b)];
-        px.push(xb); py.push(v.rowOf[lb]);
-        start.push(px.length);
-        from.push(a); to.push(b); raw.push(e);
-        lo.push(v.rowOf[la]); hi.push(v.rowOf[lb]);
-        left.push(Math.min(x0, xb)); right.push(Math.max(x1, xb));
-      }
-      return { x: px, y: py, start: start, from: from, to: to, raw: raw, lo: lo, hi: hi, left: left, right: right };
-    }
+    function itemName(item) { return isGroup(item) ? groups.label[groupIndex(item)] : model.name[item]; }
 
     // -- colours ---------------------------------------------------------------------------
 
@@ -295,20 +191,18 @@
     }
 
     function shapeOf(shape) { return shape ? shape.map(function (d) { return d === null ? "?" : d; }).join("×") : "unknown shape"; }
-    function shapeText(v) { return nodes.shapes[v].map(shapeOf).join(", ") || "none"; }
+    function shapeText(v) { return (cols.shapes[v] || []).map(shapeOf).join(", ") || "none"; }
 
-    function edgeTensors(e) {
-      // The tensors an edge carries: the producer's outputs that the consumer reads.
-      const u = data.edges[2 * e], w = data.edges[2 * e + 1];
-      const read = new Set(nodes.inputs[w]);
-      const out = [];
-      nodes.outputs[u].forEach(function (t, i) {
-        if (t && read.has(t)) {
-          const bytes = nodes.output_bytes[u] ? nodes.output_bytes[u][i] : null;
-          out.push({ name: t, shape: shapeOf(nodes.shapes[u][i]), bytes: bytes });
-        }
+    function edgeTensors(pair) {
+      // The tensors an edge carries (the producer's outputs the consumer reads), with their
+      // shapes and sizes when the producer's level is loaded.
+      const u = pair[0], outputs = cols.outputs[u];
+      return pair[2].map(function (t) {
+        const i = outputs ? outputs.indexOf(t) : -1;
+        if (i < 0) return { name: t, shape: "shape not loaded", bytes: null };
+        const bytes = cols.output_bytes[u] ? cols.output_bytes[u][i] : null;
+        return { name: t, shape: shapeOf(cols.shapes[u][i]), bytes: bytes };
       });
-      return out;
     }
 
     // -- drawing ---------------------------------------------------------------------------
@@ -371,6 +265,7 @@
           if (view.x[i] >= xl && view.x[i] <= xr) shown.push(i);
         }
       }
+      drawFrames(r0, r1, xl, xr);
       const edges = drawEdges(r0, r1, xl, xr);
       if (boxes) drawBoxes(shown); else drawDots(shown);
       if (state.k >= EDGE_LABEL_K) drawEdgeLabels(edges);
@@ -385,6 +280,42 @@
       root.dataset.inView = shown.length;
       root.dataset.detail = boxes ? "boxes" : "dots";
       root.dataset.lastRenderMs = Math.round(ms);
+    }
+
+    function framePad(f) { return Math.max(0.28, 0.46 - 0.05 * f.depth); }
+
+    function drawFrames(r0, r1, xl, xr) {
+      // An open group: a light box around its inside, its name on top when there is room.
+      const labels = state.k >= 24;
+      ctx.lineWidth = 1;
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "bottom";
+      view.frames.forEach(function (f) {
+        const pad = framePad(f);
+        if (f.r1 + pad < r0 || f.r0 - pad > r1 || f.x1 < xl || f.x0 > xr) return;
+        const [ax, ay] = toScreen(f.x0, f.r0 - pad), [bx, by] = toScreen(f.x1, f.r1 + pad);
+        ctx.fillStyle = f.depth % 2 ? "rgba(76,120,168,0.05)" : "rgba(76,120,168,0.08)";
+        ctx.strokeStyle = state.selected === -(f.g + 1) ? "#d62728" : "#9fb3cc";
+        ctx.beginPath();
+        ctx.roundRect(ax, ay, bx - ax, by - ay, 6);
+        ctx.fill(); ctx.stroke();
+        if (labels) {
+          ctx.fillStyle = "#41526b";
+          ctx.fillText(clip(groups.label[f.g] || groups.kind[f.g], Math.max(40, bx - ax - 8)), ax + 4, ay + 12);
+        }
+      });
+    }
+
+    function frameAt(sx, sy) {
+      // The innermost open group whose box holds the point.
+      const [wx, wy] = toWorld(sx, sy);
+      let best = null;
+      view.frames.forEach(function (f) {
+        const pad = framePad(f);
+        if (wx >= f.x0 && wx <= f.x1 && wy >= f.r0 - pad && wy <= f.r1 + pad && (!best || f.depth > best.depth)) best = f;
+      });
+      return best;
     }
 
     function drawEdges(r0, r1, xl, xr) {
@@ -416,7 +347,7 @@
         ctx.fillStyle = color;
         ctx.beginPath();
         list.forEach(function (i) {
-          const s = isGroup(view.items[i]) ? size * 1.6 : (nodes.weight[view.items[i]] ? size * 0.6 : size);
+          const s = isGroup(view.items[i]) ? size * 1.6 : (cols.weight[view.items[i]] ? size * 0.6 : size);
           const [sx, sy] = toScreen(view.x[i], view.row[i]);
           ctx.rect(sx - s / 2, sy - s / 2, s, s);
         });
@@ -427,7 +358,7 @@
     function boxSize(item) {
       const k = state.k;
       if (isGroup(item)) return [0.92 * k, 0.62 * k];
-      if (nodes.weight[item]) return [0.42 * k, 0.3 * k];
+      if (cols.weight[item]) return [0.42 * k, 0.3 * k];
       return [0.86 * k, 0.56 * k];
     }
 
@@ -473,10 +404,10 @@
         const g = groupIndex(item);
         return [groups.label[g], groups.kind[g] + " · " + groups.size[g] + " nodes"];
       }
-      if (nodes.weight[item]) return w > 50 ? [nodes.op_type[item]] : [];
-      const lines = [nodes.op_type[item]];
-      if (nodes.attributes && nodes.attributes[item]) lines.push(nodes.attributes[item]);
-      if (state.k >= EDGE_LABEL_K * 1.5) lines.push(nodes.name[item]);
+      if (cols.weight[item]) return w > 50 ? [model.opType[item]] : [];
+      const lines = [model.opType[item]];
+      if (cols.attributes[item]) lines.push(cols.attributes[item]);
+      if (state.k >= EDGE_LABEL_K * 1.5) lines.push(model.name[item]);
       return lines.slice(0, Math.max(1, Math.floor((0.56 * state.k) / (font + 2))));
     }
 
@@ -488,7 +419,7 @@
       inView.slice(0, EDGE_LABELS).forEach(function (e) {
         if (isGroup(E.from[e])) return;
         const tensors = edgeTensors(E.raw[e]);
-        if (!tensors.length) return;
+        if (!tensors.length || tensors[0].bytes === null && tensors[0].shape === "shape not loaded") return;
         const p = E.start[e];
         const [ax, ay] = toScreen(E.x[p], E.y[p]);
         const [bx, by] = toScreen(E.x[p + 1], E.y[p + 1]);
@@ -514,12 +445,12 @@
     function drawRings() {
       matchItems().forEach(function (item) { ring(item, "#ff7f0e", 2.5); });
       const s = state.selected;
-      if (s !== null) ring(isGroup(s) ? s : view.itemOf[s], "#d62728", 3);
+      if (s !== null) ring(isGroup(s) ? s : view.itemOf(s), "#d62728", 3);
     }
 
     function matchItems() {
       const seen = new Set();
-      state.matches.forEach(function (v) { seen.add(view.itemOf[v]); });
+      state.matches.forEach(function (v) { seen.add(view.itemOf(v)); });
       return Array.from(seen);
     }
 
@@ -591,54 +522,78 @@
     // -- interaction -------------------------------------------------------------------------
 
     function changed(redraw) {
-      view = computeView();
+      view = model.computeView();
       colors = itemColors();
       drawLegend();
       if (redraw !== false) draw();
     }
 
+    function placeOf(g) {
+      // Where a group is drawn: its box when closed, the top middle of its frame when open.
+      const i = view.indexOf.get(-(g + 1));
+      if (i !== undefined) return [view.x[i], view.row[i]];
+      const f = view.frames.find(function (f) { return f.g === g; });
+      return f ? [(f.x0 + f.x1) / 2, f.r0] : null;
+    }
+
     function keepInPlace(g, change) {
-      // The group's head stays where it was on screen while rows appear or vanish around it.
-      const layer = nodes.layer[groups.head[g]];
-      const before = view.rowOf[layer];
+      // The group stays where it was on screen while the view grows or shrinks around it.
+      const before = placeOf(g);
       change();
       changed(false);
-      state.cy += view.rowOf[layer] - before;
+      const after = placeOf(g);
+      if (before && after) { state.cx += after[0] - before[0]; state.cy += after[1] - before[1]; }
     }
+
+    let busy = Promise.resolve();
+    function queue(task) { busy = busy.then(task, task); return busy; }
 
     function expand(g) {
       const t = performance.now();
-      keepInPlace(g, function () { state.collapsed[g] = 0; });
-      select(view.itemOf[groups.head[g]], -(g + 1));
-      root.dataset.expandMs = Math.round(performance.now() - t);
+      root.dataset.expanding = "1";
+      return queue(function () {
+        return model.load([g]).then(function () {
+          keepInPlace(g, function () { model.open[g] = 1; });
+          select(-(g + 1));
+          root.dataset.expandMs = Math.round(performance.now() - t);
+          delete root.dataset.expanding;
+        }, failed);
+      });
+    }
+
+    function failed(error) {
+      delete root.dataset.expanding;
+      searchStatus.textContent = "Could not open the group (" + error.message + ")";
     }
 
     function collapse(g) {
       keepInPlace(g, function () {
-        state.collapsed[g] = 1;
-        for (let c = g + 1; c < G; c++) if (isInside(c, g)) state.collapsed[c] = 1;
+        model.open[g] = 0;
+        for (let c = g + 1; c < G; c++) if (model.isInside(c, g)) model.open[c] = 0;
       });
-      select(view.itemOf[groups.head[g]]);
-    }
-
-    function isInside(c, g) {
-      for (let p = groups.parent[c]; p >= 0; p = groups.parent[p]) if (p === g) return true;
-      return false;
+      select(-(g + 1));
     }
 
     function reveal(v) {
-      let shut = false;
-      for (let g = nodes.group[v]; g >= 0; g = groups.parent[g]) { shut = shut || state.collapsed[g]; state.collapsed[g] = 0; }
-      if (shut) changed(false);
+      // Open every group around node v, loading the levels that are not in yet.
+      const chain = model.ancestors(v).filter(function (g) { return !model.isOpen(g); });
+      if (!chain.length) return Promise.resolve();
+      return model.load(chain).then(function () {
+        chain.forEach(function (g) { model.open[g] = 1; });
+        changed(false);
+      });
     }
 
     function jumpTo(v) {
-      reveal(v);
-      state.selected = v;
-      centre(view.indexOf.get(v), Math.min(H / state.k, 12));
-      showDetails(v);
-      announce(v);
-      draw();
+      return queue(function () {
+        return reveal(v).then(function () {
+          state.selected = v;
+          centre(view.indexOf.get(v), Math.min(H / state.k, 12));
+          showDetails(v);
+          announce(v);
+          draw();
+        }, failed);
+      });
     }
 
     function select(item, detailsOf) {
@@ -651,9 +606,9 @@
     function announce(v) {
       // Tables that list nodes (data-node) light the row up: the linked selection.
       document.querySelectorAll("tr.linked").forEach(function (row) { row.classList.remove("linked"); });
-      const rows = document.querySelectorAll('tr[data-node="' + CSS.escape(nodes.name[v]) + '"]');
+      const rows = document.querySelectorAll('tr[data-node="' + CSS.escape(model.name[v]) + '"]');
       rows.forEach(function (row) { row.classList.add("linked"); });
-      root.dispatchEvent(new CustomEvent("graph:select", { detail: { name: nodes.name[v] } }));
+      root.dispatchEvent(new CustomEvent("graph:select", { detail: { name: model.name[v] } }));
     }
 
     function itemAt(sx, sy) {
@@ -700,7 +655,7 @@
     }
 
     function showTooltip(sx, sy, content) {
-      tooltip.replaceChildren(...content);
+      tooltip.replaceChildren(...content.filter(function (c) { return c !== null && c !== undefined; }));
       tooltip.hidden = false;
       tooltip.style.left = Math.min(sx + 14, W - 260) + "px";
       tooltip.style.top = Math.min(sy + 14, H - 120) + "px";
@@ -712,16 +667,16 @@
       if (isGroup(item)) {
         const g = groupIndex(item);
         return [el("b", null, groups.label[g]), el("div", null, groups.kind[g] + " of " + groups.size[g] + " nodes" +
-          (state.collapsed[g] ? " (click to expand)" : "")), ...figures];
+          (model.isOpen(g) ? "" : " (click to expand)")), ...figures];
       }
-      return [el("b", null, nodes.name[item]), el("div", null, nodes.op_type[item] + (nodes.attributes && nodes.attributes[item] ? " · " + nodes.attributes[item] : "")),
-        el("div", null, "out " + shapeText(item)), ...figures, nodes.costed[item] ? null : el("i", null, "not costed")];
+      return [el("b", null, model.name[item]), el("div", null, model.opType[item] + (cols.attributes[item] ? " · " + cols.attributes[item] : "")),
+        el("div", null, "out " + shapeText(item)), ...figures, cols.costed[item] ? null : el("i", null, "not costed")];
     }
 
     function edgeTooltip(e) {
       const E = view.edges;
       const tensors = edgeTensors(E.raw[e]);
-      const from = nodes.name[nodeOf(E.from[e])], to = nodes.name[nodeOf(E.to[e])];
+      const from = itemName(E.from[e]), to = itemName(E.to[e]);
       return [el("b", null, "tensor" + (tensors.length > 1 ? "s" : "")),
         ...tensors.map(function (t) { return el("div", null, t.name + ": " + t.shape + ", " + (t.bytes === null || t.bytes === undefined ? "size unknown" : si(t.bytes, "B"))); }),
         el("div", { class: "hint" }, from + " → " + to)];
@@ -760,8 +715,12 @@
       press = null;
       if (!p || p.moved) return;
       const item = itemAt(event.offsetX, event.offsetY);
-      if (item === null) return;
-      if (isGroup(item) && state.collapsed[groupIndex(item)]) expand(groupIndex(item));
+      if (item === null) {
+        const f = frameAt(event.offsetX, event.offsetY);
+        if (f) select(-(f.g + 1));
+        return;
+      }
+      if (isGroup(item) && !model.isOpen(groupIndex(item))) expand(groupIndex(item));
       else select(item);
     });
     canvas.addEventListener("pointerleave", function () { tooltip.hidden = true; });
@@ -790,9 +749,9 @@
       state.matches = [];
       state.cursor = -1;
       if (q) {
-        if (!lowerNames) lowerNames = nodes.name.map(function (n) { return n.toLowerCase(); });
+        if (!lowerNames) lowerNames = model.name.map(function (n) { return n.toLowerCase(); });
         for (let v = 0; v < N; v++) {
-          if (lowerNames[v].includes(q) || nodes.op_type[v].toLowerCase().includes(q)) state.matches.push(v);
+          if (lowerNames[v].includes(q) || model.opType[v].toLowerCase().includes(q)) state.matches.push(v);
         }
       }
       searchStatus.textContent = q ? state.matches.length + (state.matches.length === 1 ? " match" : " matches") : "";
@@ -829,7 +788,7 @@
       return b;
     }
 
-    function nodeLink(v) { return button(nodes.name[v], function () { jumpTo(v); }); }
+    function nodeLink(v) { return button(model.name[v], function () { jumpTo(v); }); }
 
     function figureTable(item, extra) {
       const rows = extra.slice();
@@ -845,7 +804,7 @@
       const list = el("ul", { class: "tensors" });
       tensors.forEach(function (t, i) {
         if (!t) return;
-        const about = title === "Outputs" ? " " + shapeOf(nodes.shapes[v][i]) : "";
+        const about = title === "Outputs" ? " " + shapeOf(cols.shapes[v][i]) : "";
         list.append(el("li", null, el("code", null, t), about, " ", ...link(t)));
       });
       return [el("h4", null, title), list];
@@ -855,34 +814,34 @@
       details.replaceChildren();
       if (isGroup(item)) return showGroup(groupIndex(item));
       const v = item;
-      const g = nodes.group[v];
+      const g = model.innermost[v];
       fill(details,
-        el("h3", { class: "node-name" }, nodes.name[v]),
-        el("p", { class: "op" }, nodes.op_type[v], nodes.costed[v] ? null : " · not costed"),
-        nodes.attributes && nodes.attributes[v] ? el("p", { class: "attributes" }, nodes.attributes[v]) : null,
+        el("h3", { class: "node-name" }, model.name[v]),
+        el("p", { class: "op" }, model.opType[v], cols.costed[v] ? null : " · not costed"),
+        cols.attributes[v] ? el("p", { class: "attributes" }, cols.attributes[v]) : null,
         g >= 0 ? el("p", null, "In " + groups.kind[g] + " ", el("b", null, groups.label[g]), " ",
           button("Collapse", function () { collapse(g); }, "small")) : null,
         figureTable(v, [
           ["output shape", shapeText(v)],
-          ["MACs", si(nodes.macs[v])],
-          ["bytes read", si(nodes.bytes_read[v], "B")],
-          ["bytes written", si(nodes.bytes_written[v], "B")],
+          ["MACs", si(cols.macs[v])],
+          ["bytes read", si(cols.bytes_read[v], "B")],
+          ["bytes written", si(cols.bytes_written[v], "B")],
         ]),
-        ...tensorList("Inputs", v, nodes.inputs[v], function (t) {
+        ...tensorList("Inputs", v, (cols.inputs[v] || []), function (t) {
           const from = producerOf(v, t);
           return from !== undefined ? ["from ", nodeLink(from)] : ["(model input or weight)"];
         }),
-        ...tensorList("Outputs", v, nodes.outputs[v], function (t) {
+        ...tensorList("Outputs", v, (cols.outputs[v] || []), function (t) {
           const to = consumersOf(v, t);
           return to.length ? ["to "].concat(...to.map(function (c) { return [nodeLink(c), " "]; })) : ["(model output)"];
         }),
         el("h4", null, "Neighbours"),
-        el("p", { class: "neighbours" }, "↑ ", ...preds[v].map(nodeLink), el("br"), "↓ ", ...succs[v].map(nodeLink)),
+        el("p", { class: "neighbours" }, "↑ ", ...neighbours(model.inEdges, v, "u").map(nodeLink), el("br"), "↓ ", ...neighbours(model.outEdges, v, "v").map(nodeLink)),
       );
     }
 
     function showGroup(g) {
-      const shut = state.collapsed[g];
+      const shut = !model.isOpen(g);
       const parent = groups.parent[g];
       fill(details,
         el("h3", null, groups.label[g]),
@@ -891,7 +850,7 @@
         parent >= 0 ? el("p", null, "In " + groups.kind[parent] + " ", el("b", null, groups.label[parent]), " ",
           button("Collapse", function () { collapse(parent); }, "small")) : null,
         figureTable(-(g + 1), [["op type (heaviest)", metricText(metrics.op_type, -(g + 1))]]),
-        el("p", null, "Starts at ", nodeLink(groups.head[g])),
+        groups.first[g] !== null ? el("p", null, "Starts at ", nodeLink(groups.first[g])) : null,
       );
     }
 
@@ -910,16 +869,22 @@
       if (searchBox.value !== state.query) search(searchBox.value); // typed faster than the debounce
       nextMatch();
     });
-    function setAll(collapsed) {
-      state.collapsed.fill(collapsed);
-      changed(false);
-      if (state.selected === null || view.indexOf.get(state.selected) === undefined) initialView();
-      else centre(view.indexOf.get(state.selected));
-      draw();
+    function setAll(open) {
+      const t = performance.now();
+      return queue(function () {
+        return (open ? model.loadAll() : Promise.resolve()).then(function () {
+          model.open.fill(open);
+          changed(false);
+          if (state.selected === null || view.indexOf.get(state.selected) === undefined) initialView();
+          else centre(view.indexOf.get(state.selected));
+          draw();
+          root.dataset.expandAllMs = Math.round(performance.now() - t);
+        }, failed);
+      });
     }
-    document.getElementById("graph-expand-all").addEventListener("click", function () { setAll(0); });
-    document.getElementById("graph-collapse-all").addEventListener("click", function () { setAll(1); });
-    document.getElementById("graph-fit").addEventListener("click", function () {
+    part("expand-all").addEventListener("click", function () { setAll(1); });
+    part("collapse-all").addEventListener("click", function () { setAll(0); });
+    part("fit").addEventListener("click", function () {
       fitItems(Array.from(view.items.keys())); draw();
     });
 
@@ -932,7 +897,7 @@
     document.addEventListener("click", function (event) {
       const row = event.target.closest && event.target.closest("tr[data-node]");
       if (!row || event.target.closest("a, button")) return;
-      const v = nodes.name.indexOf(row.dataset.node);
+      const v = model.name.indexOf(row.dataset.node);
       if (v < 0) return;
       const panel = root.closest('[role="tabpanel"]');
       if (panel && panel.hidden) document.getElementById(panel.getAttribute("aria-labelledby")).click();
@@ -941,24 +906,56 @@
       root.scrollIntoView({ block: "nearest" });
     });
 
+    function highlight(names) {
+      // Light up nodes another view selected (graph-sides.js), without telling it back.
+      const wanted = new Set(names);
+      state.query = ""; state.cursor = -1;
+      state.matches = [];
+      for (let v = 0; v < N; v++) if (wanted.has(model.name[v])) state.matches.push(v);
+      root.dataset.linked = state.matches.length;
+      searchStatus.textContent = state.matches.length ? state.matches.length + " linked" : "nothing linked";
+      if (!state.matches.length) return draw();
+      const v = state.matches[0];
+      return queue(function () { // the first one is shown: its groups open
+        return reveal(v).then(function () {
+          state.selected = v;
+          centre(view.indexOf.get(v));
+          showDetails(v);
+          draw();
+        }, failed);
+      });
+    }
+
     // For tests and for links from other views: where a node is drawn, in client pixels.
-    window.workbenchGraph = {
+    const api = {
+      highlight: highlight,
       locate: function (name) {
-        const v = nodes.name.indexOf(name);
+        const v = model.name.indexOf(name);
         if (v < 0) return null;
-        const i = view.indexOf.get(view.itemOf[v]);
+        const i = view.indexOf.get(view.itemOf(v));
         const [sx, sy] = toScreen(view.x[i], view.row[i]);
         const box = canvas.getBoundingClientRect();
         if (sx < 0 || sy < 0 || sx > W || sy > H) return null;
         return { x: box.left + sx, y: box.top + sy };
       },
-      jumpTo: function (name) { const v = nodes.name.indexOf(name); if (v >= 0) jumpTo(v); },
-      expand: function (g) { expand(g); },
+      jumpTo: function (name) { const v = model.name.indexOf(name); return v >= 0 ? jumpTo(v) : Promise.resolve(); },
+      expand: function (g) { return expand(g); },
+      centreOn: function (name) { // the item a node is drawn at, nothing opened
+        const v = model.name.indexOf(name);
+        if (v < 0) return;
+        centre(view.indexOf.get(view.itemOf(v)));
+        draw();
+      },
+      expandAll: function () { return setAll(1); },
+      groupOf: function (name) { const v = model.name.indexOf(name); return v >= 0 ? model.ancestors(v) : null; },
       pan: function (dx, dy) { state.cx -= dx / state.k; state.cy -= dy / state.k; beginGesture(); requestDraw(); },
       zoom: function (factor) { zoomAt(W / 2, H / 2, factor); beginGesture(); requestDraw(); },
       zoomTo: function (k) { state.k = k; draw(); },
       fit: function () { fitItems(Array.from(view.items.keys())); draw(); },
     };
+    window.workbenchGraphs = window.workbenchGraphs || {};
+    window.workbenchGraphs[root.id] = api;
+    if (root.id === "graph") window.workbenchGraph = api;
 
     function ready() {
       resize();
