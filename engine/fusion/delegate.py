@@ -115,6 +115,7 @@ def _segments(model, runs, nodes, producer) -> list[Segment]:
         sub_model = helper.make_model(
             sub, opset_imports=list(model.opset_import), ir_version=model.ir_version
         )
+        sub_model.functions.extend(model.functions)  # local functions its nodes may call
         segments.append(Segment(k, backend, run, inputs, outputs, sub_model))
     return segments
 
