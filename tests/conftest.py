@@ -58,6 +58,17 @@ def real_model():
     return path
 
 
+@pytest.fixture(scope="session")
+def rpc_tracker():
+    """One real TVM RPC tracker on loopback for the remote-device tests of every module
+    (starting one and its devices costs seconds of TVM imports); a module adds the devices
+    it needs with ``rpc_tracker.ensure_devices(key, count)``."""
+    from tests.rpc_devices import loopback_tracker
+
+    with loopback_tracker() as loop:
+        yield loop
+
+
 @pytest.fixture
 def user(django_user_model):
     return django_user_model.objects.create_user("alice", password="alice-pass-123")
@@ -150,10 +161,12 @@ def live_settings(settings):
 
 @pytest.fixture
 def start_worker(live_settings, transactional_db, tmp_path):
-    """Start real Celery workers (prefork, one process) consuming the test's queue."""
+    """Start real Celery workers (prefork, one process) consuming the test's queue:
+    ``start_worker(**env)`` one, ``start_worker.many(env, env, ...)`` several at once
+    (each spends seconds importing the engine)."""
     started: list[ServiceProcess] = []
 
-    def start(**env: str) -> ServiceProcess:
+    def spawn(env: dict) -> ServiceProcess:
         worker = ServiceProcess(
             "worker",
             [
@@ -178,14 +191,24 @@ def start_worker(live_settings, transactional_db, tmp_path):
             tmp_path,
         )
         started.append(worker)
-        wait_until(
-            lambda: "ready." in worker.log() or worker.proc.poll() is not None,
-            timeout_s=60,
-            what="the Celery worker to start",
-        )
-        assert worker.proc.poll() is None, f"worker exited:\n{worker.log()}"
         return worker
 
+    def many(*envs: dict) -> list[ServiceProcess]:
+        workers = [spawn(env) for env in envs]
+        for worker in workers:
+            wait_until(
+                lambda w=worker: "ready." in w.log() or w.proc.poll() is not None,
+                timeout_s=60,
+                what="the Celery worker to start",
+            )
+            assert worker.proc.poll() is None, f"worker exited:\n{worker.log()}"
+        return workers
+
+    def start(**env: str) -> ServiceProcess:
+        (worker,) = many(env)
+        return worker
+
+    start.many = many
     yield start
     for worker in started:
         worker.stop()
@@ -203,7 +226,9 @@ def start_web_server(settings, log_dir: Path, **env: str) -> tuple[str, ServiceP
     port = free_port()
     server = ServiceProcess(
         "web",
-        uvicorn_command("127.0.0.1", port),
+        # After a websocket session uvicorn can wait on its connection task at shutdown
+        # ("Waiting for background tasks to complete") until stop() gives up after 20 s.
+        uvicorn_command("127.0.0.1", port, "--timeout-graceful-shutdown", "2"),
         service_env(settings, **env),
         log_dir,
     )

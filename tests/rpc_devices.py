@@ -37,24 +37,48 @@ class Loopback:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def add_device(self, key: str, name: str | None = None, timeout_s: float = 30.0) -> str:
+    def add_device(self, key: str, timeout_s: float = 30.0) -> str:
         """Start an RPC server registered under ``key``; returns its name once the
         tracker lists it."""
-        name = name or f"{key}-{sum(1 for n in self.processes if n.startswith(key + '-'))}"
-        port = _free_port()
-        before = self._servers(key)
-        self.processes[name] = _start(
-            self.log_dir / f"{name}.log",
-            "tvm.exec.rpc_server",
-            "--tracker", self.address, "--key", key,
-            "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout_s
-        while self._servers(key) <= before:
-            if time.monotonic() > deadline or self.processes[name].poll() is not None:
-                raise RuntimeError(f"device {name} did not register: {self.log(name)}")
-            time.sleep(0.2)
+        (name,) = self.add_devices(key, 1, timeout_s)
         return name
+
+    def add_devices(self, key: str, count: int, timeout_s: float = 30.0) -> list[str]:
+        """Start ``count`` RPC servers registered under ``key`` together (each spends
+        seconds importing TVM) and return their names once the tracker lists them all."""
+        before = self._servers(key)
+        started = []
+        for _ in range(count):
+            name = self._unused_name(key)
+            port = _free_port()
+            self.processes[name] = _start(
+                self.log_dir / f"{name}.log",
+                "tvm.exec.rpc_server",
+                "--tracker", self.address, "--key", key,
+                "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1),
+            )  # fmt: skip
+            started.append(name)
+        deadline = time.monotonic() + timeout_s
+        while self._servers(key) < before + count:
+            for name in started:
+                if time.monotonic() > deadline or self.processes[name].poll() is not None:
+                    raise RuntimeError(f"device {name} did not register: {self.log(name)}")
+            time.sleep(0.1)
+        return started
+
+    def ensure_devices(self, key: str, count: int) -> None:
+        """At least ``count`` devices under ``key``: a tracker shared by several test
+        modules starts each key's devices once."""
+        missing = count - self._servers(key)
+        if missing > 0:
+            self.add_devices(key, missing)
+
+    def _unused_name(self, key: str) -> str:
+        """``key-N``, N the first that names no device started here (nor its log)."""
+        n = 0
+        while f"{key}-{n}" in self.processes or (self.log_dir / f"{key}-{n}.log").exists():
+            n += 1
+        return f"{key}-{n}"
 
     def stop_device(self, name: str) -> None:
         _stop(self.processes.pop(name))
@@ -93,10 +117,9 @@ def loopback_tracker(devices: dict[str, int] | None = None) -> Iterator[Loopback
             except tracker_protocol.DeviceUnavailable:
                 if time.monotonic() > deadline or loop.processes["tracker"].poll() is not None:
                     raise RuntimeError(f"tracker did not start: {loop.log('tracker')}") from None
-                time.sleep(0.2)
+                time.sleep(0.1)
         for key, count in (devices or {}).items():
-            for _ in range(count):
-                loop.add_device(key)
+            loop.add_devices(key, count)
         yield loop
     finally:
         for name in [n for n in loop.processes if n != "tracker"] + ["tracker"]:

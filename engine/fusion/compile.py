@@ -310,9 +310,10 @@ def compile_model(
             result = measure(original, staging, spec, config, fused, built, [], inputs)
             result["timing"]["mix"] = mix
             clock.lap("onnxruntime_only")
-        elif (result["timing"] or {}).get("compiled_threads") not in (None, spec.threads):
-            # the build ran fastest on fewer threads (a small model): it ships that way
-            artifact_threads = result["timing"]["compiled_threads"]
+        fastest = (result["timing"] or {}).get("compiled_threads")
+        if fastest is not None and fastest != (artifact_threads or spec.threads):
+            # it ran fastest on another thread setting (a small model on one): ships so
+            artifact_threads = fastest
             manifest(staging, built)
     else:
         result = {k: None for k in ("latency_ms", "onnxruntime_latency_ms", "outputs_match")}

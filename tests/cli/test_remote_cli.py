@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def devices():
-    with loopback_tracker({"bench-board": 1}) as loop:
-        yield loop
+def devices(rpc_tracker):
+    rpc_tracker.ensure_devices("board", 1)
+    return rpc_tracker
 
 
 def workbench(*argv: str) -> subprocess.CompletedProcess:
@@ -34,13 +34,13 @@ def workbench(*argv: str) -> subprocess.CompletedProcess:
 
 def test_profile_and_compile_measure_on_the_device(devices, save, tmp_path):
     model = save(small_model())
-    remote = ["--target", "remote", "--tracker", devices.address, "--key", "bench-board"]
+    remote = ["--target", "remote", "--tracker", devices.address, "--key", "board"]
     done = workbench("profile", model, *remote, "--window-s", "0.3", "--json")
     assert done.returncode == 0, done.stderr
     profile = json.loads(done.stdout)
     assert profile["measured"] is True and profile["latency_ms"] > 0
-    assert profile["target"] == "remote:bench-board"
-    assert profile["measured_on"]["key"] == "bench-board"
+    assert profile["target"] == "remote:board"
+    assert profile["measured_on"]["key"] == "board"
     assert {op["name"] for op in profile["ops"]} >= {"conv", "fc"}
     assert all(op["latency_us"] > 0 for op in profile["ops"] if op["name"] in ("conv", "fc"))
 

@@ -112,8 +112,8 @@ def test_only_the_segment_onnxruntime_runs_faster_moves_and_its_reason_has_both_
     ]
     reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
     assert reasons["conv1"] == (
-        "onnxruntime measured faster on this segment: TVM 10.000 ms, onnxruntime 1.000 ms "
-        "(1 thread, as inside a mix), medians on this worker"
+        "onnxruntime measured faster on this segment: TVM 10.000 ms (its faster thread "
+        "setting), onnxruntime 1.000 ms (1 thread, as inside a mix), medians on this worker"
     )
     assert set(reasons) == {"conv1", "mid"} and "no converter for Celu" in reasons["mid"]
     # conv1 joined its onnxruntime neighbour; the artifact runs both backends.
@@ -205,7 +205,7 @@ def test_a_build_ships_on_its_fastest_thread_setting(save, tmp_path, monkeypatch
 
     def time_fairly(artifact_dir, *args, compiled_settings=False, **kwargs):
         memory = {"peak_rss_bytes": 1, "model_bytes": 1}
-        assert compiled_settings  # TVM segments, backend choice on: both settings timed
+        assert compiled_settings  # backend choice on: both settings timed
         return FairTiming(
             latency_ms=1.0,
             onnxruntime_ms_by_threads={1: 5.0, 2: 4.0},
@@ -216,10 +216,11 @@ def test_a_build_ships_on_its_fastest_thread_setting(save, tmp_path, monkeypatch
         )
 
     monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
-    timed(monkeypatch, (1.0, 10.0))  # the segment stays on TVM
+    timed(monkeypatch, (1.0, 1.5, 10.0))  # TVM on 1 and 2 threads, then onnxruntime: stays
     config = CompileConfig(str(tmp_path / "c"), **{**CHOOSING, "threads": 2})
     data = compile_model(save(conv_relu_conv()), config).to_dict()
     assert data["backend"] == "tvm"
+    assert data["backend_choice"][0]["tvm_ms"] == 1.0  # the faster of its two settings
     assert data["timing"]["compiled_threads"] == 1
     assert data["timing"]["compiled_ms_by_threads"] == {"1": 1.0, "2": 1.5}
     manifest = json.loads((tmp_path / "c" / "artifact" / MANIFEST).read_text())

@@ -75,9 +75,17 @@ def attention(heads: int = 2, hidden: int = 32, seq: int = 16):
     return build(nodes, [("x", [1, seq, hidden])], [("y", [1, seq, hidden])], inits)
 
 
-def test_conv_model_compiles_matches_onnxruntime_and_names_its_kernels(save, tmp_path):
-    result = compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path / "out"), **FAST))
-    data = result.to_dict()
+@pytest.fixture(scope="module")
+def conv_build(tmp_path_factory) -> dict:
+    """conv_relu_conv compiled once for the tests that read its result or its artifact."""
+    tmp = tmp_path_factory.mktemp("conv-build")
+    path = tmp / "model.onnx"
+    path.write_bytes(conv_relu_conv().SerializeToString())
+    return compile_model(str(path), CompileConfig(str(tmp / "out"), **FAST)).to_dict()
+
+
+def test_conv_model_compiles_matches_onnxruntime_and_names_its_kernels(conv_build):
+    data = conv_build
     assert data["outputs_match"] is True
     assert data["fallback_nodes"] == [] and data["tvm_nodes"] == 4
     by_nodes = {tuple(k["nodes"]): k for k in data["kernels"]}
@@ -97,10 +105,8 @@ def test_conv_model_compiles_matches_onnxruntime_and_names_its_kernels(save, tmp
     assert data["target"]["target"]["kind"] == "llvm" and data["target"]["target"]["mcpu"]
 
 
-def test_artifact_holds_library_params_manifest_runner_and_onnx(save, tmp_path):
-    data = compile_model(
-        save(conv_relu_conv()), CompileConfig(str(tmp_path / "out"), **FAST)
-    ).to_dict()
+def test_artifact_holds_library_params_manifest_runner_and_onnx(conv_build):
+    data = conv_build
     with tarfile.open(data["artifact"]) as tar:
         names = {m.name.removeprefix("model/") for m in tar.getmembers()}
         manifest = json.load(tar.extractfile("model/manifest.json"))
@@ -275,26 +281,19 @@ def test_depthwise_conv_runs_per_channel_and_stays_exact(save, tmp_path, stride,
     assert kernel["schedule"] == "per-channel"
 
 
-def test_running_a_build_leaves_the_process_free_to_use_every_core(save, tmp_path):
-    """TVM's thread pool would pin the calling thread to one core; onnxruntime sessions
+def test_a_build_runs_on_as_many_threads_as_asked_and_leaves_every_core_free(save, tmp_path):
+    """TVM would cap its pool at half the logical cores on x86 (one thread on 2 vCPUs).
+    And its thread pool would pin the calling thread to one core; onnxruntime sessions
     created after it (fallback segments, the comparison, the next profile in a worker)
     would then run all their threads on that core."""
     import os
 
     before = os.sched_getaffinity(0)
-    config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": 2})
-    compile_model(save(conv_relu_conv()), config)
-    assert os.sched_getaffinity(0) == before
-
-
-def test_a_build_runs_on_as_many_threads_as_asked(save, tmp_path):
-    """TVM would cap its pool at half the logical cores on x86 (one thread on 2 vCPUs)."""
-    import os
-
-    wanted = min(2, len(os.sched_getaffinity(0)))
+    wanted = min(2, len(before))
     config = CompileConfig(str(tmp_path / "out"), **{**FAST, "threads": wanted})
     compile_model(save(conv_relu_conv()), config)
     assert tvm.get_global_func("runtime.NumThreads")() == wanted
+    assert os.sched_getaffinity(0) == before
 
 
 def test_a_decomposed_layer_norm_compiles_to_fewer_kernels_than_fuseops(save, tmp_path):

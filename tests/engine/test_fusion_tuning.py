@@ -201,7 +201,12 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
     assert "tuned" not in {k["schedule"] for k in second["kernels"]}
 
 
-def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_path, monkeypatch):
+def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(
+    save, tmp_path, monkeypatch, capsys
+):
+    """Through the command line, which reports the tuning and the whole-model check."""
+    from cli import summaries
+    from cli.main import main
     from engine.fusion import tuning as tuning_module
     from engine.fusion import whole_model_check as check_module
 
@@ -211,30 +216,20 @@ def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(save, tmp_pat
         "_time_alternating",
         lambda first, second, spec, config, report: (1.0, 2.0, 5),
     )
-    store = tmp_path / "store"
-    config = CompileConfig(str(tmp_path / "a"), tune_trials=SMALL, tuning_store=store, **FAST)
-    result = compile_model(save(dense_model()), config).to_dict()
+    out = tmp_path / "o"
+    argv = ["compile", str(save(dense_model())), "--threads", "1", "--out", str(out)]
+    argv += ["--tune-trials", str(SMALL), "--tuning-store", str(tmp_path / "store")]
+    # the TVM build is what this is about (FAST's choose_backends=False)
+    assert main([*argv, "--no-choose-backends", "--cache-dir", "none", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
     assert result["tuning"]["end_to_end"]["kept"] == "tuned"
     assert "tuned" in {k["schedule"] for k in result["kernels"]}
     assert result["outputs_match"] is True
-    assert sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir()) == ["artifact"]
-
-
-def test_the_cli_reports_tuning_and_the_whole_model_check(save, tmp_path, monkeypatch, capsys):
-    from cli.main import main
-    from engine.fusion import tuning as tuning_module
-    from engine.fusion import whole_model_check as check_module
-
-    monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
-    monkeypatch.setattr(
-        check_module, "_time_alternating", lambda first, second, spec, config, report: (3, 2, 5)
-    )
-    argv = ["compile", str(save(dense_model())), "--threads", "1", "--out", str(tmp_path / "o")]
-    argv += ["--tune-trials", str(SMALL), "--tuning-store", str(tmp_path / "store")]
-    assert main([*argv, "--cache-dir", "none"]) == 0
-    out = capsys.readouterr().out
-    assert f"tuning                   {SMALL} trials in " in out
-    assert "whole_model_check        kept default schedules (tuned 3.0 ms, default 2.0 ms)" in out
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["artifact"]
+    # what the command prints without --json
+    text = summaries.SUMMARY["compile"](result)
+    assert f"tuning                   {SMALL} trials in " in text
+    assert "whole_model_check        kept tuned schedules (tuned 1.0 ms, default 2.0 ms)" in text
 
 
 def test_a_default_build_that_hangs_during_tuning_is_ended(save, tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ def test_a_tuning_compile_builds_candidates_on_the_other_worker(
     start_worker, settings, user, tmp_path
 ):
     assert settings.CELERY_RESULT_BACKEND, "needs the Redis result store (REDIS_URL)"
-    first, second = start_worker(), start_worker()
+    first, second = start_worker.many({}, {})
     wait_until(
         lambda: sum(queues.builds_queue() in w.queues for w in live_workers()) >= 2,
         timeout_s=60,
@@ -55,7 +55,8 @@ def test_a_tuning_compile_builds_candidates_on_the_other_worker(
         owner=user,
         model=model,
         target=Target.objects.get(name="host"),
-        options=RunOptions.from_dict(["compile"], {"compile": {"tune_trials": 16}}),
+        # one round of eight candidates: every round is shared between the two workers
+        options=RunOptions.from_dict(["compile"], {"compile": {"tune_trials": 8}}),
     )
     wait_until(
         lambda: Run.objects.get(pk=run.pk).status in ("succeeded", "failed"),

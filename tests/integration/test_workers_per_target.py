@@ -91,8 +91,9 @@ def test_runs_follow_their_targets_workers(
     url, web = start_web_server(live_settings, tmp_path)
     token = Token.objects.create(user=user).key
     try:
-        worker_a = start_worker(WORKBENCH_WORKER_TARGETS="alpha")
-        worker_b = start_worker(WORKBENCH_WORKER_TARGETS="beta")
+        worker_a, worker_b = start_worker.many(
+            {"WORKBENCH_WORKER_TARGETS": "alpha"}, {"WORKBENCH_WORKER_TARGETS": "beta"}
+        )
         node_a, node_b = node_of(worker_a), node_of(worker_b)
 
         # each run goes to the worker serving its target
