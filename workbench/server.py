@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import sys
 
-UVICORN_OPTIONS = ("--ws", "websockets", "--http", "httptools", "--no-server-header")
+UVICORN_OPTIONS = (
+    "--ws",
+    "websockets",
+    "--http",
+    "httptools",
+    "--no-server-header",
+    "--timeout-graceful-shutdown",
+    "5",
+)
 """uvicorn streams request bodies to the app, so a body is capped and spooled as it arrives
 (daphne, the server before, read every body whole into memory first; see
-``workbench.body_limit``); websockets through the ``websockets`` package."""
+``workbench.body_limit``); websockets through the ``websockets`` package. On stop, open
+connections get 5 s: after a websocket session uvicorn otherwise waited on its task for
+as long as the process lived (a stopped ``bin/start`` hung until killed)."""
 
 
 def uvicorn_command(host: str, port: int, *extra: str) -> list[str]:

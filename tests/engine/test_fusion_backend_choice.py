@@ -26,7 +26,8 @@ def timed(monkeypatch, *segments: tuple[float, float]) -> None:
 
     def time_calls(run, config):
         run()
-        return {"median": next(medians)}
+        ms = next(medians)
+        return {"median": ms, "min": ms}
 
     monkeypatch.setattr("engine.fusion.backend_choice.time_calls", time_calls)
 
@@ -113,7 +114,8 @@ def test_only_the_segment_onnxruntime_runs_faster_moves_and_its_reason_has_both_
     reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
     assert reasons["conv1"] == (
         "onnxruntime measured faster on this segment: TVM 10.000 ms (its faster thread "
-        "setting), onnxruntime 1.000 ms (1 thread, as inside a mix), medians on this worker"
+        "setting), onnxruntime 1.000 ms (1 thread, as inside a mix), fastest runs on this "
+        "worker"
     )
     assert set(reasons) == {"conv1", "mid"} and "no converter for Celu" in reasons["mid"]
     # conv1 joined its onnxruntime neighbour; the artifact runs both backends.
