@@ -20,10 +20,11 @@ from onnx import TensorProto, helper, numpy_helper
 from playwright.sync_api import expect
 
 from engine.graph import analyze_model
-from frontend.figures.graph.levels import ROOT, default_open, level_items
+from frontend.figures.graph.levels import default_open
 from frontend.figures.graph.payload import graph_tree_of
 from tests.browser.conftest import keep_timings, screenshot
 from tests.conftest import LIGHT_DIR, wait_until
+from tests.frontend.test_graph_figure import shown
 from tests.workbench.test_compare import ENV
 from workbench.graph_store import warm_graph
 from workbench.models import OnnxModel, Run, StageResult, Status, Target
@@ -193,15 +194,7 @@ def first_view(analysis: dict) -> tuple[dict, list[int]]:
     """The tree and what the first view draws: the items of the top level and of every
     group it opens (node v as v, group g as -(g + 1))."""
     tree = graph_tree_of(analysis)
-    opened = set(default_open(tree))
-    items, todo = [], [ROOT]
-    while todo:
-        for item in level_items(tree, todo.pop())[0]:
-            if item < 0 and -item - 1 in opened:
-                todo.append(-item - 1)
-            else:
-                items.append(item)
-    return tree, items
+    return tree, shown(tree, set(default_open(tree)))
 
 
 def open_graph(page, url: str, model: OnnxModel, where: str = "#tab-graph") -> dict:
