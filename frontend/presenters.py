@@ -17,7 +17,7 @@ from frontend.figures.accuracy import (
     verdict_card,
 )
 from frontend.figures.analysis import analysis_figures
-from frontend.figures.graph import Metric, graph_payload
+from frontend.figures.graph import Metric, StageGraph
 from frontend.figures.graphturbo import graphturbo_figures
 from frontend.figures.kernels import (
     fusion_stages,
@@ -111,7 +111,7 @@ def _partition_context(report: dict, results: dict) -> dict:
         unit = Metric(
             f"compute unit ({best})", kind="categorical", values=placement, aggregate="mode"
         )
-        context["graph"] = graph_payload(analysis, {"unit": unit}, initial="unit")
+        context["graph"] = StageGraph(analysis, {"unit": unit}, "unit")
     return context
 
 
@@ -127,7 +127,7 @@ def _accuracy_context(report: dict, results: dict) -> dict:
             scale="linear",
             aggregate="min",
         )
-        context["graph"] = graph_payload(analysis, {"snr_db": snr}, initial="snr_db")
+        context["graph"] = StageGraph(analysis, {"snr_db": snr}, "snr_db")
     return context
 
 
@@ -167,7 +167,7 @@ def _profile_context(result: dict, results: dict) -> dict:
             else f"latency on {unit}, predicted (µs)"
         )
         latency = Metric(label, values={r["name"]: r["latency_us"] for r in rows}, unit="µs")
-        context["graph"] = graph_payload(analysis, {"latency_us": latency}, initial="latency_us")
+        context["graph"] = StageGraph(analysis, {"latency_us": latency}, "latency_us")
     return context
 
 
@@ -186,7 +186,7 @@ def _compile_context(result: dict, results: dict) -> dict:
     if analysis:
         kernel_of = {node: k["id"] for k in result.get("kernels", []) for node in k["nodes"]}
         kernel = Metric("kernel", kind="categorical", values=kernel_of, aggregate="mode")
-        context["graph"] = graph_payload(analysis, {"kernel": kernel}, initial="kernel")
+        context["graph"] = StageGraph(analysis, {"kernel": kernel}, "kernel")
     return context
 
 

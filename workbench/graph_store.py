@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import onnx
 from django.conf import settings
 from django.db import connection
 from django.db.models import TextField, Value
@@ -44,12 +45,14 @@ from frontend.figures.graph import Metric
 from frontend.figures.graph.levels import ROOT, level
 from frontend.figures.graph.metrics import metric_payload
 from frontend.figures.graph.payload import PAYLOAD_VERSION, first_view, graph_tree_of
+from frontend.figures.graph.upload import upload_analysis
 from workbench.models import OnnxModel
+from workbench.storage import open_stream
 
 log = logging.getLogger(__name__)
 MEMORY_ENTRIES = 2  # a 50,000-node tree is about 100 MB as Python objects
 MAX_BYTES = getattr(settings, "GRAPH_STORE_MAX_BYTES", 2 * 1024**3)
-MODEL_KEY = re.compile(r"^v(\d+)-model-(\d+)-([0-9a-f]{32})$")
+MODEL_KEY = re.compile(r"^v(\d+)-(model|upload)-(\d+)-([0-9a-f]{32})$")
 
 
 class FileStore:
@@ -197,7 +200,28 @@ FINGERPRINT = ("analysis_s", "nodes", "flops", "params", "inputs", "preparation"
 
 
 def _ours(model_pk: int, key: str) -> bool:
-    return key.startswith(f"v{PAYLOAD_VERSION}-model-{model_pk}-") and bool(MODEL_KEY.match(key))
+    found = MODEL_KEY.match(key)
+    return bool(found) and found[1] == str(PAYLOAD_VERSION) and found[3] == str(model_pk)
+
+
+def upload_key(model_pk: int) -> str | None:
+    """The key of the model's own graph as uploaded: its file's digest never changes."""
+    sha = OnnxModel.objects.filter(pk=model_pk).values_list("sha256", flat=True).first()
+    return f"v{PAYLOAD_VERSION}-upload-{model_pk}-{sha[:32]}" if sha else None
+
+
+def _current(model_pk: int, key: str) -> bool:
+    """Whether ``key`` is one the model has now (its analysis's, or its upload's)."""
+    if "-upload-" in key:
+        return key == upload_key(model_pk)
+    return key == model_key(model_pk)
+
+
+def _warm(model_pk: int, key: str) -> None:
+    if "-upload-" in key:
+        warm_upload(model_pk)
+    else:
+        warm_graph(model_pk)
 
 
 def model_graph_gzip(model_pk: int, key: str) -> bytes | None:
@@ -207,8 +231,8 @@ def model_graph_gzip(model_pk: int, key: str) -> bytes | None:
     if not _ours(model_pk, key):
         return None
     body = STORE.read(key, "first.json.gz")
-    if body is None and key == model_key(model_pk):
-        warm_graph(model_pk)
+    if body is None and _current(model_pk, key):
+        _warm(model_pk, key)
         body = STORE.read(key, "first.json.gz")
     if body is not None:  # levels further in are laid out from the tree: read it meanwhile
         threading.Thread(target=STORE.get, args=(key, "tree.marshal"), daemon=True).start()
@@ -231,9 +255,9 @@ def model_levels_gzip(model_pk: int, key: str, groups: Sequence[int] | None) -> 
             return _levels_body(key, texts, False)
     tree = STORE.get(key, "tree.marshal")
     if tree is None:
-        if key != model_key(model_pk):
+        if not _current(model_pk, key):
             return None
-        warm_graph(model_pk)
+        _warm(model_pk, key)
         tree = STORE.get(key, "tree.marshal")
         if tree is None:
             return None
@@ -289,6 +313,12 @@ def warm_graph(model_pk: int) -> None:
     if key is None:
         return
     analysis = OnnxModel.objects.filter(pk=model_pk).values_list("analysis", flat=True).first()
+    if _store_view(key, analysis):
+        prune()
+
+
+def _store_view(key: str, analysis: dict) -> bool:
+    """Lay out and keep the tree, the first view and the levels one click away."""
     gc.disable()  # as in FileStore.get: the tree is millions of small objects
     try:
         tree = graph_tree_of(analysis)
@@ -302,11 +332,38 @@ def warm_graph(model_pk: int) -> None:
         for g in (c for c, p in enumerate(parent) if p in opened and c not in opened):
             _level_text(key, tree, g)
     except Exception:  # a fault in drawing must not fail the analysis; the view shows it
-        log.exception("graph layout of model %s failed", model_pk)
-        return
+        log.exception("graph layout of %s failed", key)
+        return False
     finally:
         gc.enable()
-    prune()
+    return True
+
+
+def upload_readable(model: OnnxModel) -> bool:
+    """Whether the model's uploaded file is in storage (its graph can be drawn)."""
+    try:
+        return bool(model.file.name) and model.file.storage.exists(model.file.name)
+    except OSError:
+        return False
+
+
+def warm_upload(model_pk: int) -> None:
+    """Lay out the model's own graph as uploaded (read from its file), the first time the
+    graph page asks for it."""
+    key = upload_key(model_pk)
+    model = OnnxModel.objects.filter(pk=model_pk).only("pk", "file").first()
+    if key is None or model is None or not upload_readable(model):
+        return
+    try:
+        with open_stream(model.file.name) as f:
+            proto = onnx.load_model(f, load_external_data=False)
+        analysis = upload_analysis(proto)
+        del proto
+    except Exception:  # an unreadable upload has no graph; the page says so
+        log.exception("reading the upload of model %s failed", model_pk)
+        return
+    if _store_view(key, analysis):
+        prune()
 
 
 def prune(max_bytes: int | None = None) -> list[str]:
@@ -319,13 +376,13 @@ def prune(max_bytes: int | None = None) -> list[str]:
     for key, _used, _size in entries:
         found = MODEL_KEY.match(key)
         if found:
-            by_model.setdefault(int(found[2]), []).append(key)
-    current = {pk: model_key(pk) for pk in by_model}
+            by_model.setdefault(int(found[3]), []).append(key)
+    current = {pk: (model_key(pk), upload_key(pk)) for pk in by_model}
     removed = [
         key
         for pk, keys in by_model.items()
         for key in keys
-        if key != current[pk]  # deleted (None), analyzed again, or an older payload version
+        if key not in current[pk]  # deleted (None), analyzed again, or an older payload version
     ]
     total = sum(size for key, _used, size in entries if key not in removed)
     for key, _used, size in sorted(entries, key=lambda e: e[1]):
@@ -341,7 +398,7 @@ def prune(max_bytes: int | None = None) -> list[str]:
 
 @receiver(post_delete, sender=OnnxModel, dispatch_uid="graph-store-prune")
 def _model_deleted(sender, instance: OnnxModel, **kwargs) -> None:
-    prefix = f"-model-{instance.pk}-"
     for key, _used, _size in STORE.entries():
-        if prefix in key and MODEL_KEY.match(key):
+        found = MODEL_KEY.match(key)
+        if found and found[3] == str(instance.pk):
             STORE.forget(key)

@@ -13,7 +13,7 @@ from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from frontend.figures.graph import graph_payload
+from frontend.figures.graph import StageGraph, graph_payload
 from frontend.figures.graph.kernels import kernel_analysis, kernel_metrics
 from frontend.graph_overlays import OVERLAYS, stage_overlays
 from workbench.graph_store import (
@@ -21,6 +21,8 @@ from workbench.graph_store import (
     model_key,
     model_levels_gzip,
     overlays_payload,
+    upload_key,
+    upload_readable,
 )
 from workbench.models import OnnxModel, StageResult
 
@@ -48,7 +50,26 @@ def model_graph_page(request, pk: int):
     context = {"model": model, **graph_context(model, results)}
     if "compile" in results:
         context.update(kernel_context(model, results["compile"]))
+    if context.get("graph_src"):
+        context.update(upload_context(model))
+    context.setdefault("graph_links", {"kernel_of": {}, "nodes_of": {}})
     return render(request, "workbench/model_graph.html", context)
+
+
+def upload_context(model: OnnxModel) -> dict:
+    """The model's own graph as uploaded, beside the prepared one (laid out when first
+    asked for, then kept like the prepared graph's levels); none when its file is gone."""
+    key = upload_key(model.pk)
+    if key is None or not upload_readable(model):
+        return {}
+    return {
+        "upload_graph": {
+            "src": reverse("model-graph-data", args=[model.pk, key]),
+            "levels": reverse("model-graph-levels", args=[model.pk, key]),
+            "overlays": [],
+            "node_count": model.node_count,
+        }
+    }
 
 
 def kernel_context(model: OnnxModel, compile_result: dict) -> dict:
@@ -82,6 +103,35 @@ def graph_context(model: OnnxModel, results: dict[str, dict] | None = None) -> d
             stage_overlays(latest_results(model) if results is None else results)
         ),
     }
+
+
+def run_graph(model: OnnxModel, graph: StageGraph, *, inline: bool = False) -> dict:
+    """A run page's graph. When the run's analysis is the model's current one, the page
+    fetches the model's stored levels as they open (as the model page does) and gets only
+    the stage overlays and the addresses; otherwise (the model was analyzed again since,
+    or the page is saved as one file) every level comes inline."""
+    if not inline and is_current_analysis(model.pk, graph.analysis):
+        key = model_key(model.pk)
+        if key is not None:
+            return {
+                "src": reverse("model-graph-data", args=[model.pk, key]),
+                "levels": reverse("model-graph-levels", args=[model.pk, key]),
+                "overlays": overlays_payload(graph.metrics),
+                "initial_metric": graph.initial,
+                "node_count": graph.analysis.get("nodes"),
+            }
+    return graph.payload()
+
+
+def is_current_analysis(model_pk: int, analysis: dict) -> bool:
+    """Whether ``analysis`` is the model's stored one, asked of the database without
+    reading the stored one: its duration (a float that never repeats) and node count."""
+    seconds = analysis.get("analysis_s")
+    if seconds is None:
+        return False
+    return OnnxModel.objects.filter(
+        pk=model_pk, analysis__analysis_s=seconds, analysis__nodes=analysis.get("nodes")
+    ).exists()
 
 
 @login_required

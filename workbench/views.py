@@ -20,7 +20,7 @@ from engine.report.headlines import headline_figures
 from frontend.comparison import comparison_context
 from frontend.dashboard import verdicts, what_to_do
 from frontend.figures.compare import history_lines
-from frontend.figures.graph import combine_overlays
+from frontend.figures.graph import merge_stage_graphs
 from frontend.presenters import present
 from frontend.units import format_figure
 from workbench import pipeline, tokens
@@ -37,7 +37,7 @@ from workbench.devices import tracker_devices
 from workbench.downloads import artifact_response
 from workbench.exports import standalone_html
 from workbench.forms import StartRunForm, UploadInputsForm, UploadModelForm
-from workbench.graph_views import graph_context
+from workbench.graph_views import graph_context, run_graph
 from workbench.models import Artifact, OnnxModel, Run, Target
 from workbench.snapshots import light_stages, run_snapshot
 from workbench.targets import (
@@ -206,10 +206,13 @@ def run_detail(request, pk: int):
     results = {s.stage: s.result for s in stages if s.status == "succeeded" and s.result}
     presentations = [p for p in (present(st, r, results) for st, r in results.items()) if p]
     # One graph view per page (its element ids are fixed): the latest stage's, with every
-    # other stage's colours added to it.
+    # other stage's colours added to it; its levels fetched as they open (inline when the
+    # page is saved as one file).
     with_graph = [shown for shown in presentations if shown.get("graph")]
-    if len(with_graph) > 1:
-        with_graph[-1]["graph"] = combine_overlays([shown.pop("graph") for shown in with_graph])
+    if with_graph:
+        graph = merge_stage_graphs([shown.pop("graph") for shown in with_graph])
+        inline = request.GET.get("export") == "html"
+        with_graph[-1]["graph"] = run_graph(run.model, graph, inline=inline)
     figures = [f.to_dict() for f in headline_figures(results)]  # results are at hand
     context = {
         "run": run,

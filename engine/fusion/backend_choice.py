@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.fusion import delegate
+from engine.fusion.conv_layout import NCHW, LayoutUnsupported
 from engine.fusion.segment_builds import build_all, fuse_all
 from engine.fusion.standalone import ORT_THREADS_IN_MIX, CompiledModel
 from engine.fusion.timing import TimingConfig, time_calls
@@ -138,14 +139,19 @@ def mix_wins(result: dict) -> bool:
     return timing["latency_ms"] < timing["onnxruntime_latency_ms"] * (1 - MARGIN)
 
 
-def repartition(model, fallback, segments, fused, built, spec, staging, tuned, config, report):
+def repartition(
+    model, fallback, segments, fused, built, spec, staging, tuned, config, report, conv_layout
+):
     """Segments after more nodes moved to onnxruntime; TVM segments whose nodes did not
-    change keep their build (else everything is built again)."""
+    change keep their build (else everything is built again, convs in ``conv_layout``)."""
     new = delegate.partition(model, set(fallback))
     mapping = same_tvm_segments(segments, new)
     if mapping is None:
         node_order = [n.name for n in model.graph.node]
-        fused = fuse_all(new, spec, node_order)
+        try:
+            fused = fuse_all(new, spec, node_order, conv_layout)
+        except LayoutUnsupported:  # a smaller segment can end at an operator blocks stop
+            fused = fuse_all(new, spec, node_order, NCHW)
         return new, fused, build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
     kept_fused, kept_built = {}, {}
     for index, old in mapping.items():

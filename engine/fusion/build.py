@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.fusion.conv_layout import BLOCKED, NCHW, to_blocked
 from engine.fusion.importer import ImportedModule, restore_names
 from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
+from engine.fusion.schedules import vector_lanes
 from engine.fusion.workloads import workload_key, workload_module
 
 
@@ -34,19 +36,25 @@ class BuiltSegment:
     kernels_library: str | None = None  # the kernels alone (TargetSpec.kernels_library)
 
 
-def fuse_segment(imported: ImportedModule, target, node_order: list[str]) -> FusedSegment:
-    """Prepare the weights, legalize and FuseOps; read the kernels (and views) back."""
+def fuse_segment(
+    imported: ImportedModule, target, node_order: list[str], conv_layout: str = NCHW
+) -> FusedSegment:
+    """Prepare the weights, legalize and FuseOps; read the kernels (and views) back.
+    ``conv_layout``: see ``engine.fusion.conv_layout``."""
     if str(target.kind.name) == "llvm":
-        imported = pretransform_weights(imported, target)
+        imported = pretransform_weights(imported, target, conv_layout)
     legal, fused = lower_to_fused(imported.mod, target)
     calls = kernel_calls(fused, legal, imported.binding_nodes, node_order)
     kernels, views = split_views(fused, calls)
     return FusedSegment(imported, legal, fused, kernels, views)
 
 
-def pretransform_weights(imported: ImportedModule, target) -> ImportedModule:
+def pretransform_weights(
+    imported: ImportedModule, target, conv_layout: str = NCHW
+) -> ImportedModule:
     """Store conv weights as IHWO (output channels innermost, where the default schedule
-    vectorizes) and bias reshapes done, computed once here instead of on every inference.
+    vectorizes), or in channel blocks for the blocked layout, and bias reshapes done,
+    computed once here instead of on every inference.
 
     ConvertLayout inserts the weight transposes, LiftTransformParams moves everything
     that depends on weights only into ``main_transform_params``, which runs now, once.
@@ -56,7 +64,9 @@ def pretransform_weights(imported: ImportedModule, target) -> ImportedModule:
 
     imported = _bind_scalars(imported)
     mod = imported.mod
-    if _only_dense_convs(mod):
+    if conv_layout == BLOCKED:
+        mod = to_blocked(mod, vector_lanes(target))  # LayoutUnsupported: caller keeps NCHW
+    elif _only_dense_convs(mod):
         try:
             mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "IHWO"]})(mod)
         except Exception:  # noqa: BLE001 - some ops cannot take the layout: keep OIHW

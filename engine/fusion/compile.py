@@ -26,6 +26,7 @@ from engine.fusion.backend_choice import (
     repartition,
     time_segments,
 )
+from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported
 from engine.fusion.importer import prepare, simplify
 from engine.fusion.measurement import measure
 from engine.fusion.preparation import (
@@ -43,7 +44,7 @@ from engine.fusion.target import TargetSpec, resolve_target
 from engine.fusion.timing import set_threads
 from engine.fusion.tuning import TuningBudget, tune_segments
 from engine.fusion.tuning_store import RecordStore, open_store
-from engine.fusion.whole_model_check import apply_stored_check, keep_faster
+from engine.fusion.whole_model_check import apply_stored_check, choose_conv_layout, keep_faster
 from engine.fusion.workloads import tuned_set_key
 
 
@@ -67,6 +68,8 @@ class CompileConfig:
     ``choose_backends`` (with ``measure``) moves every TVM segment onnxruntime runs faster
     to onnxruntime and ships onnxruntime alone when the mix is not faster (see
     ``backend_choice``); without it, every segment TVM builds stays on TVM.
+    ``conv_layout`` ("auto", with ``measure`` and no tuned kernels) builds the convs in
+    NCHW and in channel blocks and keeps the faster (see ``conv_layout``).
     """
 
     out_dir: str
@@ -84,6 +87,7 @@ class CompileConfig:
     timing_window_s: float = 2.0
     timing_rounds: int = 3
     choose_backends: bool = True
+    conv_layout: str = "auto"  # "auto": measured; "nchw" or "blocked" (conv_layout.LAYOUTS)
     substitute: bool = False
     substitution_bench: object = None
     kernel_timing_runs: int = 3
@@ -115,6 +119,7 @@ class CompileResult:
     timings_s: dict[str, float]
     threads: int
     substitution: dict = field(default_factory=lambda: {"enabled": False})
+    conv_layout: dict = field(default_factory=lambda: {"chosen": NCHW, "checked": False})
 
     def to_dict(self) -> dict:
         ratio = None
@@ -145,6 +150,7 @@ class CompileResult:
             "simplify": dict(self.simplify),
             "timings_s": dict(self.timings_s),
             "substitution": dict(self.substitution),
+            "conv_layout": dict(self.conv_layout),
         }
 
 
@@ -198,10 +204,17 @@ def compile_model(
     out = Path(config.out_dir)
     staging = out / "artifact"
     tuning, tuned, store = None, None, None
+    layout = BLOCKED if config.conv_layout == BLOCKED else NCHW
+    layout_choice = {"chosen": layout, "checked": False, "reason": f"asked for {layout}"}
     for _ in range(MAX_FALLBACK_ROUNDS):
         segments = delegate.partition(model, set(fallback))
         try:
-            fused = fuse_all(segments, spec, node_order)
+            try:
+                fused = fuse_all(segments, spec, node_order, layout)
+            except LayoutUnsupported as e:
+                layout = NCHW
+                layout_choice = {"chosen": NCHW, "checked": False, "reason": f"blocked: {e}"}
+                fused = fuse_all(segments, spec, node_order, layout)
             report(0.3, "fusion planned")
             if tuning is None:
                 tuning, tuned, store = _tune(fused, spec, config, report)
@@ -242,6 +255,16 @@ def compile_model(
             fused, spec, out, built, tuned, check_key, tuning, store, config, manifest, report
         )
         clock.lap("end_to_end_check")
+    if config.conv_layout == "auto":
+        if tuned:
+            layout_choice["reason"] = "tuned kernels are NCHW kernels: not compared"
+        elif not (config.measure and spec.kind == "llvm" and fused):
+            layout_choice["reason"] = "not measured (no timing, or not a CPU build)"
+        else:
+            fused, built, layout_choice = choose_conv_layout(
+                segments, fused, built, spec, node_order, out, config, manifest, report
+            )
+            clock.lap("conv_layout")
 
     choices = []
     if config.measure and config.choose_backends and fused:
@@ -253,7 +276,17 @@ def compile_model(
         if moved:
             fallback.update(moved)
             segments, fused, built = repartition(
-                model, fallback, segments, fused, built, spec, staging, tuned, config, report
+                model,
+                fallback,
+                segments,
+                fused,
+                built,
+                spec,
+                staging,
+                tuned,
+                config,
+                report,
+                layout_choice["chosen"],
             )
         clock.lap("backend_choice")
 
@@ -350,6 +383,7 @@ def compile_model(
         timings_s=clock.laps,
         threads=spec.threads,
         substitution=substitution,
+        conv_layout=layout_choice,
     )
 
 

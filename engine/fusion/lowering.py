@@ -8,10 +8,14 @@ every fused Relax function there is one kernel, every lone ``call_tir`` is one k
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 _SLICE = "strided_slice"  # what LegalizeOps names an ONNX Slice
+_BLOCKED_DATA = re.compile(r"NCHW\d+c")  # channels in blocks: conv2d_NCHWc's layouts
+_BLOCKED_KERNEL = re.compile(r"OIHW\d+i\d+o")
+_DEPTHWISE_KERNEL = re.compile(r"OIHW1i\d+o")
 
 # TVM's OpPatternKind, as AnnotateTIROpPattern stores it on PrimFuncs.
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, OUT_EWISE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
@@ -102,7 +106,54 @@ def fast_math_legalization() -> dict:
             return bb.call_te(lambda x: topi.multiply(topi.multiply(x, x), x), call.args[0])
         return power_default(bb, call)
 
+    conv_default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+
+    def conv2d(bb, call):
+        # Channel blocks (engine.fusion.conv_layout): TOPI's NCHWc conv, and a depthwise
+        # one of our own; LegalizeOps handles neither.
+        attrs = call.attrs
+        blocked = _BLOCKED_DATA.fullmatch(str(attrs.data_layout)) and _BLOCKED_DATA.fullmatch(
+            str(attrs.out_layout)
+        )
+        out_dtype = str(attrs.out_dtype)
+        if out_dtype in ("", "None", "void"):
+            out_dtype = str(call.ty.dtype)
+        if (
+            blocked
+            and int(attrs.groups) > 1
+            and _DEPTHWISE_KERNEL.fullmatch(str(attrs.kernel_layout))
+        ):
+            return bb.call_te(
+                _depthwise_blocked,
+                call.args[0],
+                call.args[1],
+                [int(v) for v in attrs.strides],
+                [int(v) for v in attrs.padding],
+                [int(v) for v in attrs.dilation],
+                out_dtype,
+                primfunc_name_hint="depthwise_conv2d",
+            )
+        if (
+            blocked
+            and int(attrs.groups) == 1
+            and _BLOCKED_KERNEL.fullmatch(str(attrs.kernel_layout))
+        ):
+            return bb.call_te(
+                topi.nn.conv2d_NCHWc,
+                call.args[0],
+                call.args[1],
+                [int(v) for v in attrs.strides],
+                [int(v) for v in attrs.padding],
+                [int(v) for v in attrs.dilation],
+                str(attrs.data_layout),
+                str(attrs.out_layout),
+                out_dtype,
+                primfunc_name_hint="conv2d",
+            )
+        return conv_default(bb, call)
+
     return {
+        "relax.nn.conv2d": conv2d,
         "relax.exp": fast("relax.exp", topi.fast_exp),
         "relax.sigmoid": fast("relax.sigmoid", sigmoid),
         "relax.tanh": fast("relax.tanh", topi.fast_tanh),
@@ -110,6 +161,33 @@ def fast_math_legalization() -> dict:
         "relax.nn.softmax": fast("relax.nn.softmax", topi.nn.fast_softmax, softmax_axis),
         "relax.power": power,
     }
+
+
+def _depthwise_blocked(data, kernel, strides, padding, dilation, out_dtype):
+    """Depthwise conv in channel blocks: data NCHW{c}c, kernel OIHW1i{c}o (one filter per
+    channel), output NCHW{c}c; the lanes are the block's channels, each multiplied by its
+    own filter (TOPI has no generic compute for it)."""
+    from tvm import te, topi
+
+    batch, chunks, height, width, block = (int(d) for d in data.shape)
+    _, _, kernel_h, kernel_w, _, _ = (int(d) for d in kernel.shape)
+    top, left, bottom, right = padding
+    padded = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="data_pad")
+    out_h = (height + top + bottom - (kernel_h - 1) * dilation[0] - 1) // strides[0] + 1
+    out_w = (width + left + right - (kernel_w - 1) * dilation[1] - 1) // strides[1] + 1
+    kh = te.reduce_axis((0, kernel_h), name="kh")
+    kw = te.reduce_axis((0, kernel_w), name="kw")
+    return te.compute(
+        (batch, chunks, out_h, out_w, block),
+        lambda n, c, oh, ow, cb: te.sum(
+            padded[
+                n, c, oh * strides[0] + kh * dilation[0], ow * strides[1] + kw * dilation[1], cb
+            ].astype(out_dtype)
+            * kernel[c, 0, kh, kw, 0, cb].astype(out_dtype),
+            axis=[kh, kw],
+        ),
+        name="depthwise_conv2d_NCHWc",
+    )
 
 
 def _constant_scalar(expr) -> float | None:

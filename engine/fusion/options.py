@@ -8,6 +8,7 @@ from engine.options import StageOptions, option
 
 RULES = ("horizontal", "sink-reshape", "sum-to-add", "layer-norm")
 """Our fusion rules, in the order the planner tries them (a test checks the registry)."""
+CONV_LAYOUTS = ("auto", "nchw", "blocked")  # engine.fusion.conv_layout, and "auto"
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,14 @@ class CompileOptions(StageOptions):
         "time every TVM segment against onnxruntime and run each where it is faster; ship "
         "onnxruntime alone when the mix is not faster (never slower than onnxruntime)",
         label="Backend per segment, by measurement",
+    )
+    conv_layout: str = option(
+        "auto",
+        "layout of the convolutions in the TVM build: auto builds NCHW and channel blocks "
+        "(NCHW16c on AVX-512) and keeps the faster, measured on the worker; nchw or blocked "
+        "build only that one",
+        choices=CONV_LAYOUTS,
+        label="Conv layout",
     )
     substitute: bool = option(
         False,

@@ -81,6 +81,7 @@ def schedule_cpu(func, config: CpuScheduleConfig):
     """(scheduled PrimFunc or None, kind) for one kernel."""
     rules = (
         ("tiled", _tiled),
+        ("window", _window),
         ("per-channel", _per_channel),
         ("rows", row_reduction),
         ("parallel", _parallel_only),
@@ -254,12 +255,16 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
                 continue
             last = texts[a][-1]
             contiguous = dims[0] == len(used[a]) - 1 and f"{names[k]} *" not in last
-            key = (width, contiguous, dims[0] == len(used[a]) - 1, extents[k])
+            # Lanes read straight from memory beat wider ones that copy an operand
+            # transposed on every call, down to half a register (an 8-channel NCHW8c
+            # conv: 55 us through a transposed input, 13 us in place).
+            direct = contiguous and width * 2 >= config.vector_lanes
+            key = (direct, width, contiguous, dims[0] == len(used[a]) - 1, extents[k])
             if best is None or key > best[0]:
                 best = (key, k, a, b, dims[0])
     if best is None:
         return None
-    (width, contiguous, _, extent), k, a, b, dim = best
+    (_, width, contiguous, _, extent), k, a, b, dim = best
     group = _group_size(names[k], texts[b]) or extent
     vector = 2 * width if math.gcd(extent, group) % (2 * width) == 0 else width
     rows_axes = [
@@ -357,6 +362,50 @@ def _per_channel(sch, config: CpuScheduleConfig) -> bool:
     sch.parallel(outer)
     for other in _blocks(sch):
         if not _is_under(sch, other, outer):
+            _parallel_block(sch, other, config)
+    return True
+
+
+def _window(sch, config: CpuScheduleConfig) -> bool:
+    """A pool, or a depthwise conv in channel blocks (a small window reduced per output,
+    the innermost output axis the innermost of every operand): the window's loops outside,
+    that axis in vector lanes inside, the outer output loops in parallel. As written, every
+    output element was a scalar loop over its window (a 3x3 max pool over 64x64x32,
+    NCHW16c: 85 us; onnxruntime's 14 us; ours now 9 us)."""
+    anchor = _anchor(sch)
+    if anchor is None:
+        return False
+    block = sch.get(anchor)
+    output = _buffer(block.writes[0])
+    reads = [r for r in block.reads if not _buffer(r).same_as(output)]
+    types = _iter_types(sch, anchor)
+    loops = sch.get_loops(anchor)
+    if not reads or len(loops) != len(types) or types != sorted(types):
+        return False
+    n_spatial = types.count(0)
+    if n_spatial < 2 or n_spatial == len(types) or _reduce_extent(sch, anchor) > 64:
+        return False
+    lane_var = str(block.iter_vars[n_spatial - 1].var)
+    for read in reads:
+        last = str(read.region[-1].min)
+        if lane_var not in _names(last) or f"{lane_var} *" in last:
+            return False  # lanes would gather (NCHW, strided): measured slower than scalar
+    extent = _int(sch.get(loops[n_spatial - 1]).extent)
+    lanes = _divisor(extent, (config.vector_lanes, config.vector_lanes // 2, 4))
+    if lanes == 1:
+        return False
+    _inline_elementwise(sch)
+    loops = sch.get_loops(anchor)
+    spatial, reduce = loops[:n_spatial], loops[n_spatial:]
+    lane_o, lane_i = sch.split(spatial[-1], [None, lanes])
+    outer = [*spatial[:-1], lane_o]
+    sch.reorder(*outer, *reduce, lane_i)
+    sch.vectorize(lane_i)
+    parallel = sch.fuse(*outer)
+    sch.parallel(parallel)
+    sch.decompose_reduction(anchor, reduce[0])
+    for other in _blocks(sch):
+        if not _is_under(sch, other, parallel):
             _parallel_block(sch, other, config)
     return True
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.errors import Cancelled, EngineError
 from engine.fusion import delegate, forked
 from engine.fusion.build import FusedSegment, build_segment, fuse_segment
+from engine.fusion.conv_layout import NCHW, LayoutUnsupported
 from engine.fusion.importer import import_onnx
 from engine.fusion.preparation import dtypes
 from engine.fusion.target import TargetSpec
@@ -22,15 +23,21 @@ class SegmentFailed(Exception):
         self.segment, self.reason = segment, reason
 
 
-def fuse_all(segments, spec: TargetSpec, node_order) -> dict[int, FusedSegment]:
-    """FuseOps over every TVM segment, by segment index."""
+def fuse_all(
+    segments, spec: TargetSpec, node_order, conv_layout: str = NCHW
+) -> dict[int, FusedSegment]:
+    """FuseOps over every TVM segment, by segment index, convs in ``conv_layout``
+    (:class:`LayoutUnsupported` propagates: the NCHW build stands, see
+    ``engine.fusion.conv_layout``)."""
     fused = {}
     for seg in segments:
         if seg.backend == delegate.TVM:
             imported = import_onnx(seg.model, {}, dtypes(seg.model))
             try:
-                fused[seg.index] = fuse_segment(imported, spec.tvm_target(), node_order)
-            except EngineError:
+                fused[seg.index] = fuse_segment(
+                    imported, spec.tvm_target(), node_order, conv_layout
+                )
+            except (EngineError, LayoutUnsupported):
                 raise
             except Exception as e:  # noqa: BLE001 - TVM raises its own errors
                 raise SegmentFailed(seg, failure_reason(e)) from e

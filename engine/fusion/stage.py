@@ -47,6 +47,7 @@ def run(
             tune_trials=options.tune_trials,
             tune_minutes=options.tune_minutes,
             choose_backends=options.choose_backends,
+            conv_layout=options.conv_layout,
             substitute=options.substitute and (target is None or target.remote is None),
             substitution_bench=_substitution_bench(target, options),
             tuning_store=inputs.tuning_store,

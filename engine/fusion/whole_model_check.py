@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import Cancelled, EngineError
+from engine.fusion import delegate
 from engine.fusion.segment_builds import build_all, failure_reason
 from engine.fusion.standalone import CompiledModel, example_inputs
 from engine.fusion.timing import TimingConfig, time_calls
@@ -107,7 +108,14 @@ def _check_summary(entry: dict) -> dict:
 _CHECK_ROUNDS = 3
 
 
-def _time_alternating(first: Path, second: Path, spec, config, report) -> tuple[float, float, int]:
+def _time_alternating(
+    first: Path,
+    second: Path,
+    spec,
+    config,
+    report,
+    message: str = "timing the whole model, tuned and with default schedules",
+) -> tuple[float, float, int]:
     """Median latency (ms) of two builds of one model, timed in alternating rounds so a
     change in the machine's speed falls on both; and how many runs each got."""
     models = [CompiledModel(d, threads=spec.threads) for d in (first, second)]
@@ -116,10 +124,100 @@ def _time_alternating(first: Path, second: Path, spec, config, report) -> tuple[
     medians: list[list[float]] = [[], []]
     runs = [0, 0]
     for r in range(_CHECK_ROUNDS):
-        message = "timing the whole model, tuned and with default schedules"
         report(0.8, f"{message} ({r + 1}/{_CHECK_ROUNDS})")
         for k, compiled in enumerate(models):
             result = time_calls(lambda c=compiled: c.run(feeds), timing)
             medians[k].append(result["median"])
             runs[k] += result["runs"]
     return float(np.median(medians[0])), float(np.median(medians[1])), min(runs)
+
+
+# The blocked layout replaces NCHW only when the whole model runs this much faster in it.
+_BLOCKED_GAIN = 0.97
+
+
+def choose_conv_layout(
+    segments, fused, built, spec, node_order, out: Path, config, manifest, report
+):
+    """Build the model's convs in channel blocks too, time both builds in alternating
+    rounds, check they agree, and keep the faster (see ``engine.fusion.conv_layout``).
+    Returns ``(fused, built, choice)``; ``choice`` says which layout ships and why."""
+    from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported, blockable_convs
+    from engine.fusion.importer import import_onnx
+    from engine.fusion.preparation import dtypes
+    from engine.fusion.schedules import vector_lanes
+    from engine.fusion.segment_builds import fuse_all
+
+    lanes = vector_lanes(spec.tvm_target())
+    tvm_segments = [s for s in segments if s.backend == delegate.TVM]
+    convs = sum(
+        blockable_convs(import_onnx(s.model, {}, dtypes(s.model)).mod, lanes) for s in tvm_segments
+    )
+    choice = {"chosen": NCHW, "blockable_convs": convs, "block": 2 * lanes, "checked": False}
+    if not convs:
+        return fused, built, {**choice, "reason": "no dense conv whose channels make blocks"}
+    staging, other = out / "artifact", out / "artifact-blocked"
+    report(0.8, f"building the {convs} convs in blocks of up to {2 * lanes} channels, to compare")
+    try:
+        fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
+        built_blocked = build_all(fused_blocked, spec, other, None, config.build_timeout_s, report)
+        manifest(staging, built)
+        manifest(other, built_blocked)
+        agree, worst = _outputs_agree(staging, other, spec, config)
+        if not agree:
+            shutil.rmtree(other, ignore_errors=True)
+            reason = f"the blocked build's outputs differ from the NCHW build's by {worst:.3g}"
+            return fused, built, {**choice, "reason": reason}
+        nchw_ms, blocked_ms, runs = _time_alternating(
+            staging, other, spec, config, report, "timing the whole model, NCHW and blocked"
+        )
+    except LayoutUnsupported as e:
+        shutil.rmtree(other, ignore_errors=True)
+        return fused, built, {**choice, "reason": f"an operator cannot take channel blocks: {e}"}
+    except Exception as e:
+        shutil.rmtree(other, ignore_errors=True)
+        if isinstance(e, EngineError | Cancelled):
+            raise
+        return fused, built, {**choice, "reason": f"the blocked build failed: {failure_reason(e)}"}
+    kept = BLOCKED if blocked_ms < _BLOCKED_GAIN * nchw_ms else NCHW
+    choice = {
+        **choice,
+        "chosen": kept,
+        "checked": True,
+        "nchw_ms": round(nchw_ms, 4),
+        "blocked_ms": round(blocked_ms, 4),
+        "runs": runs,
+        "threads": spec.threads,
+        "measured": (
+            f"median of {_CHECK_ROUNDS} alternating rounds, at least {runs} runs each, "
+            f"{spec.threads or 'all'} thread(s), random inputs"
+        ),
+        "reason": (
+            f"blocked {blocked_ms:.3f} ms against NCHW {nchw_ms:.3f} ms"
+            + ("" if kept == BLOCKED else f" (blocked ships when {1 - _BLOCKED_GAIN:.0%} faster)")
+        ),
+    }
+    if kept == NCHW:
+        shutil.rmtree(other)
+        return fused, built, choice
+    shutil.rmtree(staging)
+    other.rename(staging)
+    return fused_blocked, built_blocked, choice
+
+
+def _outputs_agree(first: Path, second: Path, spec, config) -> tuple[bool, float]:
+    """Whether two builds of one model give the same outputs on random inputs, within
+    the compile check's tolerances; and the largest difference."""
+    models = [CompiledModel(d, threads=spec.threads) for d in (first, second)]
+    feeds = example_inputs(models[0].input_specs, config.seed)
+    results = [m.run(feeds) for m in models]
+    worst = 0.0
+    for name, value in results[0].items():
+        a, b = np.asarray(value), np.asarray(results[1][name])
+        if a.shape != b.shape:
+            return False, float("inf")
+        if a.size and np.issubdtype(a.dtype, np.floating):
+            worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b))))
+        if not np.allclose(a, b, rtol=config.rtol, atol=config.atol, equal_nan=True):
+            return False, worst
+    return True, worst

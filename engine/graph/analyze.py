@@ -75,6 +75,8 @@ class NodeAnalysis:
     attributes: dict | None = None
     """The node's scalar and short-list attributes (kernel_shape, strides, axis...), for
     views; tensors and subgraphs are left out."""
+    scope: tuple[str, ...] = ()
+    """The modules the exporter's metadata names for the node, outermost first."""
 
     def to_dict(self) -> dict:
         cost = self.cost or _NO_COST
@@ -98,6 +100,8 @@ class NodeAnalysis:
             result["user_names"] = list(self.user_names)
         result["output_bytes"] = self.output_bytes or [None] * len(self.outputs)
         result["attributes"] = self.attributes or {}
+        if self.scope:
+            result["scope"] = list(self.scope)
         return result
 
 
@@ -320,6 +324,7 @@ def _node_analysis(
         user_names,
         output_bytes=sizes,
         attributes=_plain_attributes(node.attributes),
+        scope=node.scope,
     )
 
 

@@ -7,6 +7,7 @@ tensors they read from the enclosing graph count as the node's implicit inputs.
 
 from __future__ import annotations
 
+import ast
 import gc
 import math
 from collections.abc import Iterable, Iterator
@@ -74,6 +75,9 @@ class Node:
     attributes: dict[str, Any] = field(default_factory=dict)
     implicit_inputs: list[str] = field(default_factory=list)
     subgraph_nodes: int = 0
+    scope: tuple[str, ...] = ()
+    """The modules the exporter says the node came from, outermost first (torch's dynamo
+    exporter writes them in the node's metadata, see :func:`module_scope`)."""
 
 
 @dataclass
@@ -255,7 +259,35 @@ def _make_node(proto: onnx.NodeProto) -> Node:
             explicit = {i for i in inputs if i}
             node.implicit_inputs = sorted(outer_scope_inputs(proto) - explicit)
             node.subgraph_nodes = count_subgraph_nodes(proto)
+    if proto.metadata_props:
+        node.scope = module_scope(proto.metadata_props)
     return node
+
+
+SCOPE_KEY = "pkg.torch.onnx.name_scopes"
+_MAX_SCOPE_CHARS = 20_000  # a real export's list: a few hundred characters
+
+
+def module_scope(metadata: Iterable[onnx.StringStringEntryProto]) -> tuple[str, ...]:
+    """The module path in torch's ``pkg.torch.onnx.name_scopes`` (a list of dotted
+    paths, ``['', 'model', 'model.encoder', 'model.encoder.layer.0', 'linear']``, the last
+    one the op itself) as each module's own name: ``('model', 'encoder', 'layer.0')``."""
+    raw = next((entry.value for entry in metadata if entry.key == SCOPE_KEY), None)
+    if not raw or len(raw) > _MAX_SCOPE_CHARS:  # an upload's text: bounded before parsing
+        return ()
+    try:
+        paths = ast.literal_eval(raw)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return ()
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        return ()
+    scope, outer = [], ""
+    for path in paths[:-1]:
+        if not path:
+            continue
+        scope.append(path[len(outer) + 1 :] if outer and path.startswith(outer + ".") else path)
+        outer = path
+    return tuple(scope)
 
 
 def _dependencies(node: Node) -> list[str]:

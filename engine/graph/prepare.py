@@ -49,7 +49,7 @@ import onnx
 
 from engine.errors import ProgressFn
 from engine.graph import prepared_cache
-from engine.graph.ir import build_graph, collector_paused
+from engine.graph.ir import SCOPE_KEY, build_graph, collector_paused
 from engine.graph.loader import (
     ModelSource,
     check_model,
@@ -160,6 +160,7 @@ def _prepare(
 
     report(0.4, "folding constants and shape arithmetic")
     prepared, tool, folded, fold_warnings = _fold(bound)
+    _keep_scopes(user_model, prepared)
     warnings += fold_warnings
     report(0.7, "building the graph")
     if fold_warnings or not folded:
@@ -362,6 +363,23 @@ def _unknown_count(model: onnx.ModelProto) -> int:
             if dims is None or not all(isinstance(d, int) for d in dims):
                 count += 1
     return count
+
+
+def _keep_scopes(user: onnx.ModelProto, prepared: onnx.ModelProto) -> None:
+    """Folding drops the nodes' metadata: put the exporter's module scopes back on the
+    nodes it kept (by name), for the graph view's groups."""
+    scopes = {
+        node.name: entry.value
+        for node in user.graph.node
+        for entry in node.metadata_props
+        if entry.key == SCOPE_KEY
+    }
+    if not scopes:
+        return
+    for node in prepared.graph.node:
+        value = scopes.get(node.name)
+        if value is not None and not any(e.key == SCOPE_KEY for e in node.metadata_props):
+            node.metadata_props.add(key=SCOPE_KEY, value=value)
 
 
 def _name_map(

@@ -13,8 +13,9 @@ from engine.graph.ir import Graph
 from engine.graph.loader import ModelHeader
 from engine.graph.options import DEFAULT_BATCH, DEFAULT_DIM
 
-PREPARE_VERSION = 2
-"""Part of the cache key: bump it when preparation changes what it produces."""
+PREPARE_VERSION = 3
+"""Part of the cache key: bump it when preparation changes what it produces (3: nodes
+keep the exporter's module scopes for the graph view)."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ FAST = {
     "timing_rounds": 1,
     "kernel_timing_runs": 1,
     "choose_backends": False,  # these tests are about the TVM build (backend choice: its own)
+    "conv_layout": "nchw",  # and its kernels' bytes; the layout choice: test_conv_layout
 }
 
 

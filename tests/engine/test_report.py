@@ -256,3 +256,21 @@ def test_a_prediction_is_not_compared_with_a_measurement():
     measured = {"value": 1.0, "measured": True, "better": "lower"}
     got = delta(predicted, measured)
     assert got["direction"] == "not comparable (measured vs predicted)" and got["pct"] is None
+
+
+def test_a_build_that_is_onnxruntime_itself_is_as_fast_by_construction():
+    compile_result = {
+        "backend": "onnxruntime",
+        "latency_ms": 1.05,
+        "onnxruntime_latency_ms": 1.0,
+        "speed_vs_onnxruntime": 0.952,
+        "threads": 2,
+        "timing": {"rounds": 3},
+    }
+    speed = figures({"compile": compile_result})["compile.speed_vs_onnxruntime"]
+    assert speed["value"] == 1.0
+    assert "by construction" in speed["basis"] and "measured 0.95x" in speed["basis"]
+    gate = parse_gate("compile.speed_vs_onnxruntime>=1.0")
+    assert evaluate(gate, figures({"compile": compile_result})).passed
+    tvm = {**compile_result, "backend": "tvm"}
+    assert figures({"compile": tvm})["compile.speed_vs_onnxruntime"]["value"] == 0.952

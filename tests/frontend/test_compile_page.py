@@ -106,6 +106,10 @@ def test_the_card_says_where_the_artifact_runs_how_it_was_timed_and_its_memory()
     assert "1.500 ms: not faster, so not shipped" in html
     assert "onnxruntime measured faster on this segment" in html and "<code>conv1</code>" in html
     assert 'id="compile-memory"' in html
+    # the artifact is the baseline itself: its speed is 1 by construction, the measured
+    # ratio (0.59 here) is two timings of the same thing
+    assert "1.00× by construction: the artifact is onnxruntime on the model as uploaded" in html
+    assert "differ by machine noise: 0.59×" in html
 
 
 def test_the_card_says_which_thread_setting_the_build_ships_with():
@@ -121,3 +125,35 @@ def test_the_card_says_which_thread_setting_the_build_ships_with():
     }
     html = " ".join(page(result).split())
     assert "the artifact at its best too (1 thread; 1: 0.900 ms, 2: 1.100 ms)" in html
+
+
+def test_the_card_says_which_conv_layout_ships_and_both_timings():
+    result = copy.deepcopy(TUNED)
+    result["conv_layout"] = {
+        "chosen": "blocked",
+        "blockable_convs": 53,
+        "block": 32,
+        "checked": True,
+        "nchw_ms": 684.078,
+        "blocked_ms": 311.608,
+        "runs": 9,
+        "threads": 2,
+        "measured": "median of 3 alternating rounds, at least 9 runs each, 2 thread(s)",
+        "reason": "blocked 311.608 ms against NCHW 684.078 ms",
+    }
+    html = " ".join(page(result).split())
+    assert "channel blocks of up to 32 (NCHW32c): blocked 311.608 ms vs NCHW 684.078 ms" in html
+    assert "at least 9 runs each, 2 thread(s), measured on the worker" in html
+
+    result["conv_layout"] = {
+        "chosen": "nchw",
+        "blockable_convs": 12,
+        "block": 32,
+        "checked": False,
+        "reason": "an operator cannot take channel blocks: Layouts must have the same size",
+    }
+    html = " ".join(page(result).split())
+    assert "NCHW (an operator cannot take channel blocks: Layouts must have" in html
+
+    result["conv_layout"] = {"chosen": "nchw", "blockable_convs": 0, "checked": False}
+    assert "Conv layout" not in page(result)  # no conv to lay out: nothing to say

@@ -165,3 +165,101 @@ def test_stored_layouts_go_with_their_model_and_the_store_is_bounded(user, other
     other.delete()
     assert not STORE.entry(newest).exists()
     assert prune() == []
+
+
+def analyzed_and_profiled(model: OnnxModel, analysis: dict) -> Run:
+    """A run with an analyze result (``analysis``) and a measured profile."""
+    profiled(model)
+    run = Run.objects.get(model=model)
+    profile = run.stages.get(stage="profile")
+    for op in profile.result["ops"]:
+        op.update(flops=0, bytes=0, status="ok")  # what the profile tab prints
+    profile.save(update_fields=["result"])
+    result = {"macs": 0, **analysis}
+    StageResult.objects.create(
+        run=run, stage="analyze", position=1, status=Status.SUCCEEDED, result=result
+    )
+    return run
+
+
+def test_a_run_page_fetches_the_models_levels_and_sends_only_its_overlays(client, user, model):
+    warm_graph(model.pk)
+    run = analyzed_and_profiled(model, model.analysis)
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/")
+    html = page.content.decode()
+    key = model_key(model.pk)
+    assert f'data-src="/models/{model.pk}/graph/{key}.json"' in html
+    assert f'data-levels="/models/{model.pk}/graph/{key}/levels.json"' in html
+    assert 'data-initial="latency_us"' in html
+    assert 'id="graph-data"' not in html  # no layout inline
+    overlays = html.split('id="graph-overlays"')[1].split(">", 1)[1].split("</script>")[0]
+    (latency,) = json.loads(overlays)
+    assert latency["key"] == "latency_us" and set(latency["values"]) == {5.0}
+    assert len(html) < 200_000
+    # The page saved as one file carries every level.
+    saved = client.get(f"/runs/{run.pk}/?export=html").content.decode()
+    assert 'id="graph-data"' in saved and "data-levels" not in saved
+
+
+def test_a_run_of_an_older_analysis_carries_its_own_graph_inline(client, user, model):
+    warm_graph(model.pk)
+    run = analyzed_and_profiled(model, {**model.analysis, "analysis_s": 0.000123})
+    client.force_login(user)
+    html = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="graph-data"' in html and "data-levels" not in html
+
+
+def test_the_upload_s_own_graph_is_laid_out_on_first_view_and_kept(client, user, model):
+    warm_graph(model.pk)
+    client.force_login(user)
+    page = client.get(f"/models/{model.pk}/graph/")
+    upload = page.context["upload_graph"]
+    key = graph_store.upload_key(model.pk)
+    assert upload["src"] == f"/models/{model.pk}/graph/{key}.json"
+    assert 'id="upload"' in page.content.decode()
+    assert not STORE.entry(key).is_dir()  # laid out when the browser first asks
+    data = client.get(upload["src"], HTTP_ACCEPT_ENCODING="gzip")
+    assert data.status_code == 200
+    names = json.loads(gzip.decompress(data.content))["nodes"]["name"]
+    prepared = {n["name"] for n in model.analysis["node_list"]}
+    assert len(names) == model.node_count and set(names) >= prepared
+    levels = client.get(upload["levels"] + "?g=-1")
+    assert json.loads(levels.content)["levels"][0]["group"] == -1
+    assert STORE.entry(key).is_dir()
+    assert key not in prune()  # the upload's layout stays while its model does
+    model.delete()
+    assert not STORE.entry(key).is_dir()
+
+
+def test_no_upload_graph_when_the_file_is_gone(client, user, model):
+    warm_graph(model.pk)
+    model.file.storage.delete(model.file.name)
+    client.force_login(user)
+    page = client.get(f"/models/{model.pk}/graph/")
+    assert "upload_graph" not in page.context
+    assert 'id="upload"' not in page.content.decode()
+
+
+def test_kernels_and_the_upload_share_the_right_hand_side_as_two_tabs(client, user, model):
+    warm_graph(model.pk)
+    nodes = model.analysis["node_list"]
+    kernels = [
+        {"id": f"k{i}", "nodes": [n["name"] for n in nodes[j : j + 3]], "time_us": 1.0}
+        for i, j in enumerate(range(0, len(nodes), 3))
+    ]
+    run = Run.objects.create(
+        owner=user,
+        model=model,
+        target=Target.objects.get(name="host"),
+        config={"stages": ["compile"]},
+        status=Status.SUCCEEDED,
+    )
+    StageResult.objects.create(
+        run=run, stage="compile", position=0, status=Status.SUCCEEDED, result={"kernels": kernels}
+    )
+    client.force_login(user)
+    html = client.get(f"/models/{model.pk}/graph/").content.decode()
+    for part in ('id="kernels"', 'id="upload"', 'id="tab-kernels"', 'id="tab-upload"'):
+        assert part in html
+    assert "workbench/tabs.js" in html and "workbench/graph-sides.js" in html

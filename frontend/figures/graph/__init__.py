@@ -28,7 +28,13 @@ from frontend.figures.graph.layout import (
     layout_graph,
 )
 from frontend.figures.graph.metrics import Metric, builtin_metrics
-from frontend.figures.graph.payload import combine_overlays, graph_payload, with_metrics
+from frontend.figures.graph.payload import (
+    StageGraph,
+    combine_overlays,
+    graph_payload,
+    merge_stage_graphs,
+    with_metrics,
+)
 
 __all__ = [
     "GAP",
@@ -36,6 +42,7 @@ __all__ = [
     "LIGHT_PULL",
     "MAX_BEND_SPAN",
     "SWEEPS",
+    "StageGraph",
     "VISIBLE_LIMIT",
     "Group",
     "Layout",
@@ -47,6 +54,7 @@ __all__ = [
     "find_groups",
     "graph_payload",
     "layout_graph",
+    "merge_stage_graphs",
     "node_edges",
     "satellites",
     "straight_chains",

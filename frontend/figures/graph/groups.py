@@ -1,6 +1,7 @@
 """The nested groups of the graph view, and which of them a big model opens collapsed.
 
-Big models open collapsed into nested groups: stages and key-op blocks from the analysis's
+Big models open collapsed into nested groups: the module scopes in the node names when
+they carry them (``scopes``), else stages and key-op blocks from the analysis's
 ``structure`` when it has one, modules between single-node cuts, straight chains (each
 with its weight producers). Each group's inside is laid out on its own when it is first
 opened (``levels``).
@@ -13,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-GROUP_KINDS = ("stage", "block", "module", "chain")  # outermost first
+GROUP_KINDS = ("scope", "stage", "block", "module", "chain")  # outermost first
 VISIBLE_LIMIT = 600  # the first view opens groups while it shows at most this many items
 
 
 @dataclass(frozen=True)
 class Group:
-    kind: str  # one of GROUP_KINDS
+    kind: str  # one of GROUP_KINDS ("scope": see ``scopes``)
     parent: int  # index of the enclosing group, or -1
     members: list[int]  # node indices, ascending
     label: str
@@ -54,9 +55,9 @@ def find_groups(
         attached.setdefault(consumer, []).append(satellite)
     groups: list[Group] = []
     innermost = [-1] * n
-    for kind in GROUP_KINDS:
+    for kind, found in candidates.items():
         claimed: set[int] = set()
-        for candidate, label in candidates[kind]:
+        for candidate, label in found:
             members = {v for v in candidate if v not in owner}
             members |= {s for v in members for s in attached.get(v, ())}
             parts: dict[int, list[int]] = {}

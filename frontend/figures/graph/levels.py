@@ -19,6 +19,7 @@ from frontend.figures.graph.edges import node_edges, satellites
 from frontend.figures.graph.groups import GROUP_KINDS, VISIBLE_LIMIT, find_groups
 from frontend.figures.graph.layout import layout_graph
 from frontend.figures.graph.metrics import Metric, builtin_metrics, metric_payload
+from frontend.figures.graph.scopes import scope_groups
 
 ROOT = -1
 FEW_ITEMS = 8  # a first view of fewer items than this opens its groups regardless of size
@@ -46,7 +47,9 @@ def graph_tree(analysis: dict, key_attributes: Callable[[dict | None], str]) -> 
     edges = node_edges(nodes)
     graph_inputs = {t["name"] for t in analysis.get("inputs", [])}
     owner = satellites(nodes, edges, graph_inputs)
-    groups = find_groups(nodes, edges, owner, analysis.get("structure"))
+    groups = scope_groups(nodes, owner)
+    if groups is None:  # the names carry no scopes: the detected structure
+        groups = find_groups(nodes, edges, owner, analysis.get("structure"))
     innermost = [-1] * len(nodes)
     for g, group in enumerate(groups):
         for v in group.members:

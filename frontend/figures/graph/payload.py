@@ -12,13 +12,14 @@ by node name: a page view never lays the graph out again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from frontend.figures.graph.levels import ROOT, default_open, graph_tree, level, skeleton
 from frontend.figures.graph.levels import with_overlays as overlay_metrics
 from frontend.figures.graph.metrics import Metric
 from frontend.figures.graph.store import cached
 
-PAYLOAD_VERSION = 4  # bump when the tree's or a level's shape or the layout changes
+PAYLOAD_VERSION = 5  # bump when the tree's or a level's shape or the layout changes
 KEY_ATTRIBUTES = 4  # at most this many attributes are written in an op's box
 
 
@@ -34,6 +35,32 @@ def graph_payload(
     """
     base = cached(analysis, PAYLOAD_VERSION, all_levels)
     return with_metrics(base, metrics or {}, initial=initial)
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    """A stage's graph as its presenter asks for it: the analysis drawn, the stage's
+    overlays and the one the view opens with. The page decides how the graph is handed
+    over: fetched level by level beside the model's stored layout
+    (``workbench.graph_views.run_graph``), or every level inline (``payload``)."""
+
+    analysis: dict
+    metrics: Mapping[str, Metric]
+    initial: str | None = None
+
+    def payload(self) -> dict:
+        return graph_payload(self.analysis, self.metrics, initial=self.initial)
+
+
+def merge_stage_graphs(graphs: list[StageGraph]) -> StageGraph:
+    """One view of the same graph with every stage's overlays: the last one's, then the
+    others' it lacks; it opens on the last one's initial metric."""
+    last = graphs[-1]
+    metrics = dict(last.metrics)
+    for graph in graphs[:-1]:
+        for key, metric in graph.metrics.items():
+            metrics.setdefault(key, metric)
+    return StageGraph(last.analysis, metrics, last.initial)
 
 
 def graph_tree_of(analysis: dict) -> dict:

@@ -66,12 +66,15 @@
     const model = window.WorkbenchGraphLevels(data, fetchLevels);
     // Stage overlays come by node name, beside the stored graph or inside the inline one.
     const sent = part("overlays");
-    const overlays = (sent ? JSON.parse(sent.textContent) : []).concat(data.metrics.filter(function (m) { return m.names; }));
+    const given = sent ? JSON.parse(sent.textContent) : [];
+    const overlays = (Array.isArray(given) ? given : []).concat(data.metrics.filter(function (m) { return m.names; }));
     overlays.forEach(model.addOverlay);
     const keys = new Set(overlays.map(function (m) { return m.key; }));
     data.metrics = data.metrics.filter(function (m) { return !m.names && !keys.has(m.key); }).concat(overlays);
     const groups = model.groups, cols = model.cols;
     const N = model.N, G = model.G;
+    const countText = part("count");
+    if (countText) countText.textContent = N; // the page may know only the upload's count
     if (!N) return;
     const plot = part("plot");
     const details = part("details");
@@ -98,7 +101,9 @@
       data.metrics.forEach(function (m) { metricSelect.append(new Option(m.label, m.key)); });
     }
     const state = {
-      metric: metrics[data.initial_metric] ? data.initial_metric : data.metrics[0].key,
+      // a run page names the stage's overlay to open with (data-initial)
+      metric: metrics[root.dataset.initial] ? root.dataset.initial
+        : metrics[data.initial_metric] ? data.initial_metric : data.metrics[0].key,
       selected: null, // an item: node index >= 0, group g as -(g + 1)
       query: "", matches: [], cursor: -1,
       cx: 0, cy: 0, k: 20, // view centre (layout units) and zoom (px per unit)
@@ -224,8 +229,9 @@
     function toWorld(sx, sy) { return [(sx - W / 2) / state.k + state.cx, (sy - H / 2) / state.k + state.cy]; }
 
     function visibleRows() {
-      const r0 = Math.max(0, Math.floor(state.cy - H / 2 / state.k) - 1);
-      const r1 = Math.min(view.rows - 1, Math.ceil(state.cy + H / 2 / state.k) + 1);
+      let r0 = Math.max(0, Math.floor(state.cy - H / 2 / state.k) - 1);
+      let r1 = Math.min(view.rows - 1, Math.ceil(state.cy + H / 2 / state.k) + 1);
+      if (rowLimit) { r0 = Math.max(r0, rowLimit[0]); r1 = Math.min(r1, rowLimit[1]); }
       return [r0, r1];
     }
 
@@ -255,6 +261,39 @@
       const t = performance.now();
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.clearRect(0, 0, W, H);
+      let count = 0, boxes = false;
+      if (overview) {
+        const kept = { cx: state.cx, cy: state.cy, k: state.k };
+        for (let c = 0; c < overview.C; c++) {
+          const [left, top, width, height] = columnState(c);
+          ctx.save();
+          ctx.beginPath(); ctx.rect(left, top, width, height); ctx.clip();
+          count += drawScene().length;
+          ctx.restore();
+          if (c) { ctx.fillStyle = "#e3e7ee"; ctx.fillRect(left - overview.gap * overview.k / 2, top, 1, height); }
+        }
+        rowLimit = null;
+        Object.assign(state, kept);
+      } else {
+        const shown = drawScene();
+        count = shown.length;
+        boxes = state.k >= BOX_K;
+      }
+      const ms = performance.now() - t;
+      heavy = ms > SLOW_FRAME_MS;
+      const sctx = snapshot.getContext("2d");
+      sctx.clearRect(0, 0, snapshot.width, snapshot.height);
+      sctx.drawImage(canvas, 0, 0);
+      drawn = overview ? null : { cx: state.cx, cy: state.cy, k: state.k }; // no moving the columns
+      root.dataset.visible = view.items.length;
+      root.dataset.inView = count;
+      root.dataset.detail = boxes ? "boxes" : "dots";
+      root.dataset.overviewColumns = overview ? overview.C : 0;
+      root.dataset.lastRenderMs = Math.round(ms);
+    }
+
+    function drawScene() {
+      // What is in view at the current centre and zoom (within rowLimit, if set).
       const [r0, r1] = visibleRows();
       const xl = state.cx - W / 2 / state.k - 1, xr = state.cx + W / 2 / state.k + 1;
       const boxes = state.k >= BOX_K;
@@ -270,16 +309,52 @@
       if (boxes) drawBoxes(shown); else drawDots(shown);
       if (state.k >= EDGE_LABEL_K) drawEdgeLabels(edges);
       drawRings();
-      const ms = performance.now() - t;
-      heavy = ms > SLOW_FRAME_MS;
-      const sctx = snapshot.getContext("2d");
-      sctx.clearRect(0, 0, snapshot.width, snapshot.height);
-      sctx.drawImage(canvas, 0, 0);
-      drawn = { cx: state.cx, cy: state.cy, k: state.k };
-      root.dataset.visible = view.items.length;
-      root.dataset.inView = shown.length;
-      root.dataset.detail = boxes ? "boxes" : "dots";
-      root.dataset.lastRenderMs = Math.round(ms);
+      return shown;
+    }
+
+    // -- the overview: "Fit" on a graph far taller than wide --------------------------------
+    // Fitting 31,500 rows into 640 px draws a line a few pixels wide. Instead the rows are
+    // cut into columns laid side by side, like a newspaper's, as many as the canvas's
+    // aspect asks for: every item stays in view, the picture fills the canvas, and the
+    // first gesture (drag, wheel, click, key) goes back to the one-column view at the
+    // point under the pointer. docs/graph-renderer.md says why.
+    let overview = null, rowLimit = null;
+
+    function fitAll() {
+      overview = null;
+      const all = Array.from(view.items.keys());
+      fitItems(all);
+      if (!all.length) return;
+      let x0 = Infinity, x1 = -Infinity;
+      all.forEach(function (i) { x0 = Math.min(x0, view.x[i]); x1 = Math.max(x1, view.x[i]); });
+      view.frames.forEach(function (f) { x0 = Math.min(x0, f.x0); x1 = Math.max(x1, f.x1); });
+      const w = x1 - x0 + 2, h = view.rows + 1, gap = 1.5;
+      if (w * state.k >= W / 4 || h < 8) return; // the plain fit fills a quarter or more
+      const C = Math.max(2, Math.min(Math.floor(h / 4), Math.round(Math.sqrt((h * W) / (H * (w + gap))))));
+      const R = Math.ceil(h / C);
+      const k = Math.min(W / (C * (w + gap)), H / R);
+      overview = { C: C, R: R, k: k, x0: x0 - 1, y0: -1, w: w, gap: gap,
+        ox: (W - C * (w + gap) * k) / 2 + (gap * k) / 2, oy: (H - R * k) / 2 };
+    }
+
+    function columnState(c) {
+      // Centre and zoom that draw column c in its strip; the strip (screen px) returned.
+      const o = overview, left = o.ox + c * (o.w + o.gap) * o.k;
+      state.k = o.k;
+      state.cx = o.x0 - (left - W / 2) / o.k;
+      state.cy = o.y0 + c * o.R - (o.oy - H / 2) / o.k;
+      rowLimit = [Math.max(0, Math.ceil(o.y0 + c * o.R)), Math.floor(o.y0 + (c + 1) * o.R - 1e-9)];
+      return [left, o.oy, o.w * o.k, o.R * o.k];
+    }
+
+    function leaveOverview(sx, sy) {
+      // Back to one column, the point under (sx, sy) staying where it is on screen.
+      if (!overview) return;
+      const o = overview;
+      const c = Math.max(0, Math.min(o.C - 1, Math.floor((sx - o.ox + (o.gap * o.k) / 2) / ((o.w + o.gap) * o.k))));
+      columnState(c);
+      rowLimit = null;
+      overview = null;
     }
 
     function framePad(f) { return Math.max(0.28, 0.46 - 0.05 * f.depth); }
@@ -488,12 +563,14 @@
     // -- view range --------------------------------------------------------------------------
 
     function centre(i, rowsTall) {
+      overview = null;
       state.cx = view.x[i]; state.cy = view.row[i];
       if (rowsTall) state.k = H / rowsTall;
     }
 
     function initialView() {
       // The top of the graph at a readable scale, centred on what is drawn there.
+      overview = null;
       const rows = Math.min(view.rows, 30);
       let sum = 0, count = 0;
       for (let j = 0; j < view.rowStart[Math.min(rows, view.rows)]; j++) { sum += view.x[view.byRow[j]]; count += 1; }
@@ -503,6 +580,7 @@
     }
 
     function fitItems(list) {
+      overview = null;
       let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
       list.forEach(function (i) {
         x0 = Math.min(x0, view.x[i]); x1 = Math.max(x1, view.x[i]);
@@ -525,6 +603,7 @@
       view = model.computeView();
       colors = itemColors();
       drawLegend();
+      if (overview) fitAll(); // the columns of what is open now
       if (redraw !== false) draw();
     }
 
@@ -647,6 +726,7 @@
     }
 
     function hoverAt(sx, sy) {
+      if (overview) return; // dots of a pixel: zoom in (any gesture) to point at one
       const item = itemAt(sx, sy);
       if (item !== null) return showTooltip(sx, sy, itemTooltip(item));
       const e = edgeAt(sx, sy);
@@ -691,6 +771,7 @@
     }
 
     canvas.addEventListener("pointerdown", function (event) {
+      leaveOverview(event.offsetX, event.offsetY);
       press = { x: event.offsetX, y: event.offsetY, cx: state.cx, cy: state.cy, moved: false };
       try { canvas.setPointerCapture(event.pointerId); } catch (e) { /* a scripted pointer has no capture */ }
     });
@@ -727,11 +808,13 @@
     canvas.addEventListener("wheel", function (event) {
       event.preventDefault();
       tooltip.hidden = true;
+      leaveOverview(event.offsetX, event.offsetY);
       zoomAt(event.offsetX, event.offsetY, Math.exp(-event.deltaY * 0.0015));
       beginGesture();
       requestDraw();
     }, { passive: false });
     canvas.addEventListener("keydown", function (event) {
+      leaveOverview(W / 2, H / 2);
       const step = 80 / state.k;
       const moves = { ArrowLeft: [-step, 0], ArrowRight: [step, 0], ArrowUp: [0, -step], ArrowDown: [0, step] };
       if (moves[event.key]) { state.cx += moves[event.key][0]; state.cy += moves[event.key][1]; }
@@ -741,7 +824,11 @@
       event.preventDefault();
       requestDraw();
     });
-    window.addEventListener("resize", function () { if (resize()) draw(); });
+    window.addEventListener("resize", function () {
+      if (!resize()) return;
+      if (overview) fitAll();
+      draw();
+    });
 
     function search(query) {
       const q = query.trim().toLowerCase();
@@ -885,7 +972,7 @@
     part("expand-all").addEventListener("click", function () { setAll(1); });
     part("collapse-all").addEventListener("click", function () { setAll(0); });
     part("fit").addEventListener("click", function () {
-      fitItems(Array.from(view.items.keys())); draw();
+      fitAll(); draw();
     });
 
     function debounce(fn, ms) {
@@ -938,6 +1025,7 @@
         if (sx < 0 || sy < 0 || sx > W || sy > H) return null;
         return { x: box.left + sx, y: box.top + sy };
       },
+      names: function () { return model.name.slice(); },
       jumpTo: function (name) { const v = model.name.indexOf(name); return v >= 0 ? jumpTo(v) : Promise.resolve(); },
       expand: function (g) { return expand(g); },
       centreOn: function (name) { // the item a node is drawn at, nothing opened
@@ -948,10 +1036,10 @@
       },
       expandAll: function () { return setAll(1); },
       groupOf: function (name) { const v = model.name.indexOf(name); return v >= 0 ? model.ancestors(v) : null; },
-      pan: function (dx, dy) { state.cx -= dx / state.k; state.cy -= dy / state.k; beginGesture(); requestDraw(); },
-      zoom: function (factor) { zoomAt(W / 2, H / 2, factor); beginGesture(); requestDraw(); },
-      zoomTo: function (k) { state.k = k; draw(); },
-      fit: function () { fitItems(Array.from(view.items.keys())); draw(); },
+      pan: function (dx, dy) { leaveOverview(W / 2, H / 2); state.cx -= dx / state.k; state.cy -= dy / state.k; beginGesture(); requestDraw(); },
+      zoom: function (factor) { leaveOverview(W / 2, H / 2); zoomAt(W / 2, H / 2, factor); beginGesture(); requestDraw(); },
+      zoomTo: function (k) { leaveOverview(W / 2, H / 2); state.k = k; draw(); },
+      fit: function () { fitAll(); draw(); },
     };
     window.workbenchGraphs = window.workbenchGraphs || {};
     window.workbenchGraphs[root.id] = api;

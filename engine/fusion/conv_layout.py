@@ -1,0 +1,132 @@
+"""The layout convolutions run in, chosen per model by measurement.
+
+Two layouts are built for a model with convolutions:
+
+- ``nchw``: activations stay NCHW; a dense conv's weights are stored IHWO (output channels
+  innermost, where the default schedule vectorizes), computed once at build time.
+- ``blocked``: activations in channel blocks two vector registers wide, NCHW32c on
+  AVX-512 (onnxruntime's NCHWc transformer does the like for MLAS); dense and depthwise
+  convs take blocks, other grouped convs stay NCHW. A conv's lanes are
+  then a contiguous block of output channels, its input is read in place (no transposed
+  copy per call), its output needs no scatter back to NCHW, and pools and elementwise
+  ops between convs run in the same blocks. ConvertLayout inserts the transforms at the
+  edges; the weights are re-blocked once at build time.
+
+Neither wins everywhere (measured on one thread, this machine: a torchvision-style
+ResNet 0.48x of onnxruntime's speed in NCHW, 0.71x blocked; MobileNetV2, whose depthwise
+convs stay NCHW between blocked ones, 0.41x against 0.25x), so the compile stage builds
+both and keeps the faster (``compile._choose_conv_layout``).
+"""
+
+from __future__ import annotations
+
+NCHW = "nchw"
+BLOCKED = "blocked"
+LAYOUTS = (NCHW, BLOCKED)
+
+
+class LayoutUnsupported(Exception):
+    """The model cannot take the blocked layout (an operator between convs has no
+    layout rule for channel blocks); the NCHW build stands."""
+
+
+def blockable_convs(mod, lanes: int) -> int:
+    """How many convs of ``mod`` the blocked layout would block."""
+    from tvm import relax
+
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and _conv_layouts(expr, lanes) is not None:
+            found.append(expr)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return len(found)
+
+
+def to_blocked(mod, lanes: int):
+    """``mod`` with every blockable dense or depthwise NCHW conv in channel blocks of
+    twice ``lanes`` (or ``lanes``, ``lanes / 2``, 4: the largest that divides its
+    channels); the rest as it was.
+    Raises :class:`LayoutUnsupported` when ConvertLayout cannot carry the blocks."""
+    from tvm import relax
+
+    def desired(call):
+        layouts = _conv_layouts(call, lanes)
+        return {} if layouts is None else {"relax.nn.conv2d": layouts}
+
+    try:
+        mod = _clips_as_min_max(mod)
+        return relax.transform.ConvertLayout({}, desired)(mod)
+    except Exception as e:  # noqa: BLE001 - TVM's layout inference refused an operator
+        raise LayoutUnsupported(str(e).strip().splitlines()[-1][:300]) from e
+
+
+def _clips_as_min_max(mod):
+    """TVM's ONNX frontend imports ``Clip`` (MobileNet's ReLU6) as prebuilt TIR calls
+    ``maximum(x, low)`` and ``minimum(x, high)``, which ConvertLayout cannot see into:
+    it took the activations back to NCHW and into blocks again around every ReLU6. With
+    constant bounds they become Relax's ``maximum`` and ``minimum``, which it carries
+    blocks through; FuseOps fuses them into the conv as before."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    mod = relax.transform.FoldConstant()(mod)  # the bounds' NaN guards, to constants
+    pattern = is_op("relax.call_tir")(wildcard(), wildcard())
+    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
+
+    def rewrite(expr, matches):
+        callee, args = expr.args[0], expr.args[1]
+        name = getattr(callee, "name_hint", "").rstrip("0123456789")
+        fields = getattr(args, "fields", None)
+        if name not in ops or fields is None or len(fields) != 2:
+            return expr
+        data, bound = fields
+        if not isinstance(bound, tvm.ir.GenericConst) or bound.value.numpy().size != 1:
+            return expr
+        if str(bound.value.dtype) != str(getattr(data.ty, "dtype", "")):
+            return expr
+        return ops[name](data, bound)
+
+    updated = tvm.IRModule(dict(mod.functions))
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            updated[gv] = rewrite_call(pattern, rewrite, func)
+    return relax.transform.DeadCodeElimination()(updated)
+
+
+def _conv_layouts(call, lanes: int) -> list[str] | None:
+    """[data, kernel, output] layouts for a dense NCHW conv2d, or None to leave it.
+
+    Output channels in blocks of ``2 * lanes`` (or ``lanes``, half, 4); input channels
+    likewise, or all in one block when there are fewer than ``lanes`` of them (an RGB
+    image's 3: the first conv reads NCHW3c, the image transposed once, and writes
+    blocks); a depthwise conv in the same blocks in and out."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d":
+        return None
+    attrs = call.attrs
+    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
+        return None
+    try:
+        in_channels = int(call.args[0].ty.shape[1])
+        out_channels = int(call.args[1].ty.shape[0])
+    except (TypeError, AttributeError, IndexError):
+        return None  # a symbolic channel count: leave it NCHW
+    # Two registers wide first: a register tile of 7 rows x 2 vectors keeps 14 sums in
+    # flight, enough to hide the FMA latency; 7 x 1 was not (ResNet-50, 1 thread: 80.5 ms
+    # in blocks of 16, 63.0 in blocks of 32, 69.5 in blocks of 64; onnxruntime 50).
+    sizes = tuple(dict.fromkeys((2 * lanes, lanes, lanes // 2, 4)))
+    groups = int(attrs.groups)
+    if groups != 1:  # depthwise (one filter per channel) in blocks; other groupings stay
+        if not groups == in_channels == out_channels:
+            return None
+        block = next((b for b in sizes if b > 1 and in_channels % b == 0), None)
+        return None if block is None else [f"NCHW{block}c", f"OIHW1i{block}o", f"NCHW{block}c"]
+    out_block = next((b for b in sizes if b > 1 and out_channels % b == 0), None)
+    in_block = next((b for b in sizes if b > 1 and in_channels % b == 0), None)
+    if in_block is None and in_channels < lanes:
+        in_block = in_channels
+    if out_block is None or in_block is None:
+        return None
+    return [f"NCHW{in_block}c", f"OIHW{in_block}i{out_block}o", f"NCHW{out_block}c"]
