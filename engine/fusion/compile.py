@@ -44,7 +44,12 @@ from engine.fusion.target import TargetSpec, resolve_target
 from engine.fusion.timing import set_threads
 from engine.fusion.tuning import TuningBudget, tune_segments
 from engine.fusion.tuning_store import RecordStore, open_store
-from engine.fusion.whole_model_check import apply_stored_check, choose_conv_layout, keep_faster
+from engine.fusion.whole_model_check import (
+    apply_stored_check,
+    blockable_in,
+    choose_conv_layout,
+    keep_faster,
+)
 from engine.fusion.workloads import tuned_set_key
 
 
@@ -211,6 +216,8 @@ def compile_model(
         try:
             try:
                 fused = fuse_all(segments, spec, node_order, layout)
+                if layout == BLOCKED and not blockable_in(segments, spec)[0]:
+                    layout_choice = {"chosen": NCHW, "checked": False, "reason": "no conv"}
             except LayoutUnsupported as e:
                 layout = NCHW
                 layout_choice = {"chosen": NCHW, "checked": False, "reason": f"blocked: {e}"}

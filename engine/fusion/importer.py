@@ -90,6 +90,8 @@ def prepare(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     kept = [v for v in out.graph.input if v.name not in initializers]
     del out.graph.input[:]
     out.graph.input.extend(kept)
+    _same_pads(out)
+    _pads_into_convs(out)
     # Weights nothing reads would still be parameters of the TVM module (and stored).
     used = _read_names(out.graph) | {o.name for o in out.graph.output}
     weights = [t for t in out.graph.initializer if t.name in used]
@@ -135,6 +137,116 @@ def _pretranspose_gemm_weights(model: onnx.ModelProto) -> None:
 
 
 _GLOBAL_POOLS = {"AveragePool": "GlobalAveragePool", "MaxPool": "GlobalMaxPool"}
+
+
+def _same_pads(model: onnx.ModelProto) -> None:
+    """A conv's ``auto_pad`` SAME_UPPER / SAME_LOWER as the explicit pads it means, where
+    its input's spatial shape is known: TVM's frontend pads such a conv as a kernel of its
+    own before it (transformers' EfficientNet: every stride-1 depthwise conv), where pads
+    go into the conv's own loops. The numbers are ONNX's: total = max((ceil(in / stride)
+    - 1) * stride + (kernel - 1) * dilation + 1 - in, 0), the odd one at the end for
+    SAME_UPPER, at the start for SAME_LOWER."""
+    from onnx import helper
+
+    shapes = {
+        v.name: [
+            d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim
+        ]
+        for v in (*model.graph.input, *model.graph.value_info)
+        if v.type.tensor_type.HasField("shape")
+    }
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        mode = attrs.get("auto_pad", b"NOTSET")
+        if mode not in (b"SAME_UPPER", b"SAME_LOWER"):
+            continue
+        dims = shapes.get(node.input[0])
+        kernel = list(attrs.get("kernel_shape") or weights.get(node.input[1], [])[2:])
+        if not dims or len(dims) < 3 or any(not d for d in dims[2:]):
+            continue  # unknown spatial shape: TVM's own padding stays
+        spatial = dims[2:]
+        if len(kernel) != len(spatial):
+            continue
+        strides = list(attrs.get("strides", [1] * len(spatial)))
+        dilations = list(attrs.get("dilations", [1] * len(spatial)))
+        begins, ends = [], []
+        for size, k, stride, dilation in zip(spatial, kernel, strides, dilations, strict=True):
+            total = max((-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            begins.append(small if mode == b"SAME_UPPER" else large)
+            ends.append(large if mode == b"SAME_UPPER" else small)
+        kept = [a for a in node.attribute if a.name not in ("auto_pad", "pads")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("pads", begins + ends)])
+
+
+def _pads_into_convs(model: onnx.ModelProto) -> None:
+    """A zero ``Pad`` of the spatial axes read only by convs goes into the convs' own
+    padding (onnxruntime's PadFusion does the same). transformers' EfficientNet pads
+    before every strided depthwise conv ("same" padding, as TensorFlow pads): the pad was a
+    kernel of its own, writing the padded activation out and reading it back (0.16 ms of
+    1.3 here), and in channel blocks it also sent the activation back to NCHW and again
+    into blocks around it."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    constants = {t.name: t for t in model.graph.initializer}
+    readers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    folded = set()
+    for pad in model.graph.node:
+        if pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.input) < 2:
+            continue
+        convs = readers.get(pad.output[0], [])
+        if pad.output[0] in outputs or not convs:
+            continue
+        if any(c.op_type != "Conv" or c.input[0] != pad.output[0] for c in convs):
+            continue
+        if any(a.name == "mode" and a.s not in (b"constant", b"") for a in pad.attribute):
+            continue
+        if len(pad.input) > 3 and pad.input[3]:
+            continue  # axes given: rare; left as it is
+        if pad.input[1] not in constants:
+            continue
+        amounts = numpy_helper.to_array(constants[pad.input[1]]).astype(np.int64).ravel()
+        if len(pad.input) > 2 and pad.input[2]:
+            value = constants.get(pad.input[2])
+            if value is None or np.any(numpy_helper.to_array(value) != 0):
+                continue
+        rank = len(amounts) // 2
+        begins, ends = amounts[:rank], amounts[rank:]
+        if rank < 3 or np.any(amounts < 0) or np.any(begins[:2]) or np.any(ends[:2]):
+            continue  # batch or channels padded, or a crop: not a conv's padding
+        fitted = []
+        for conv in convs:
+            attrs = {a.name: a for a in conv.attribute}
+            auto = attrs.get("auto_pad")
+            if auto is not None and auto.s not in (b"NOTSET", b"", b"VALID"):
+                break  # SAME_*: the padding depends on the shape; left as it is
+            own = list(attrs["pads"].ints) if "pads" in attrs else [0] * (2 * (rank - 2))
+            if len(own) != 2 * (rank - 2):
+                break
+            spatial = rank - 2
+            new = [own[k] + int(begins[2 + k]) for k in range(spatial)]
+            new += [own[spatial + k] + int(ends[2 + k]) for k in range(spatial)]
+            fitted.append((conv, new))
+        else:
+            for conv, new in fitted:
+                kept = [a for a in conv.attribute if a.name not in ("pads", "auto_pad")]
+                del conv.attribute[:]
+                conv.attribute.extend([*kept, helper.make_attribute("pads", new)])
+                conv.input[0] = pad.input[0]
+            folded.add(pad.name or id(pad))
+    if folded:
+        kept = [n for n in model.graph.node if (n.name or id(n)) not in folded]
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
 
 
 def _global_pools(model: onnx.ModelProto) -> None:

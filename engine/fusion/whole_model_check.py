@@ -142,17 +142,10 @@ def choose_conv_layout(
     """Build the model's convs in channel blocks too, time both builds in alternating
     rounds, check they agree, and keep the faster (see ``engine.fusion.conv_layout``).
     Returns ``(fused, built, choice)``; ``choice`` says which layout ships and why."""
-    from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported, blockable_convs
-    from engine.fusion.importer import import_onnx
-    from engine.fusion.preparation import dtypes
-    from engine.fusion.schedules import vector_lanes
+    from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported
     from engine.fusion.segment_builds import fuse_all
 
-    lanes = vector_lanes(spec.tvm_target())
-    tvm_segments = [s for s in segments if s.backend == delegate.TVM]
-    convs = sum(
-        blockable_convs(import_onnx(s.model, {}, dtypes(s.model)).mod, lanes) for s in tvm_segments
-    )
+    convs, lanes = blockable_in(segments, spec)
     choice = {"chosen": NCHW, "blockable_convs": convs, "block": 2 * lanes, "checked": False}
     if not convs:
         return fused, built, {**choice, "reason": "no dense conv whose channels make blocks"}
@@ -203,6 +196,23 @@ def choose_conv_layout(
     shutil.rmtree(staging)
     other.rename(staging)
     return fused_blocked, built_blocked, choice
+
+
+def blockable_in(segments, spec) -> tuple[int, int]:
+    """How many convs of the model's TVM segments the blocked layout would block, and
+    the target's vector lanes."""
+    from engine.fusion.conv_layout import blockable_convs
+    from engine.fusion.importer import import_onnx
+    from engine.fusion.preparation import dtypes
+    from engine.fusion.schedules import vector_lanes
+
+    lanes = vector_lanes(spec.tvm_target())
+    convs = sum(
+        blockable_convs(import_onnx(s.model, {}, dtypes(s.model)).mod, lanes)
+        for s in segments
+        if s.backend == delegate.TVM
+    )
+    return convs, lanes
 
 
 def _outputs_agree(first: Path, second: Path, spec, config) -> tuple[bool, float]:

@@ -197,3 +197,119 @@ class _Call:
 )
 def test_which_convs_take_blocks(data, weight, groups, expected):
     assert _conv_layouts(_Call(data, weight, groups), lanes=16) == expected
+
+
+def _padded_conv(pads, mode="constant", value=None, readers=1):
+    """Pad, then a strided depthwise conv (transformers' EfficientNet pads this way)."""
+    inputs = ["x", "pads"] + (["value"] if value is not None else [])
+    nodes = [helper.make_node("Pad", inputs, ["p"], name="pad", mode=mode)]
+    inits = [
+        numpy_helper.from_array(np.array(pads, dtype=np.int64), "pads"),
+        _weights("wd", [16, 1, 3, 3], 7),
+    ]
+    if value is not None:
+        inits.append(numpy_helper.from_array(np.array(value, dtype=np.float32), "value"))
+    outs = []
+    for k in range(readers):
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                ["p", "wd"],
+                [f"y{k}"],
+                name=f"dw{k}",
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                group=16,
+                pads=[1, 0, 1, 0],
+            )
+        )
+        outs.append(f"y{k}")
+    if readers > 1:
+        nodes.append(helper.make_node("Add", outs, ["y"], name="sum"))
+    else:
+        nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        nodes,
+        "padded",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 15, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize(
+    ("pads", "mode", "value", "readers", "folded"),
+    [
+        ([0, 0, 0, 0, 0, 0, 1, 1], "constant", None, 1, True),  # "same": bottom, right
+        ([0, 0, 1, 1, 0, 0, 2, 2], "constant", 0.0, 1, "valid"),  # as transformers exports
+        ([0, 0, 1, 2, 0, 0, 1, 0], "constant", 0.0, 2, True),  # read by two convs
+        ([0, 0, 1, 1, 0, 0, 1, 1], "constant", 0.5, 1, False),  # not zeros
+        ([0, 0, 1, 1, 0, 0, 1, 1], "reflect", None, 1, False),
+        ([0, 1, 0, 0, 0, 0, 0, 0], "constant", None, 1, False),  # a channel, not spatial
+    ],
+)
+def test_a_zero_spatial_pad_goes_into_the_convs_it_feeds(
+    pads, mode, value, readers, folded, tmp_path
+):
+    from engine.fusion.importer import prepare
+
+    if pads[1]:  # a padded channel: the depthwise conv would not match; only prepare
+        model = _padded_conv(pads, mode, value, readers)
+        ops = [n.op_type for n in prepare(model, [n.name for n in model.graph.node]).graph.node]
+        assert "Pad" in ops
+        return
+    model = _padded_conv(pads, mode, value, readers)
+    if folded == "valid":  # the conv's own padding given as auto_pad VALID: none
+        conv = model.graph.node[1]
+        kept = [a for a in conv.attribute if a.name != "pads"]
+        del conv.attribute[:]
+        conv.attribute.extend([*kept, helper.make_attribute("auto_pad", "VALID")])
+        model = onnx.shape_inference.infer_shapes(model)
+    prepared = prepare(model, [n.name for n in model.graph.node])
+    assert ("Pad" not in [n.op_type for n in prepared.graph.node]) == bool(folded)
+    assert "pads" not in {t.name for t in prepared.graph.initializer} or not folded
+    compile_model(
+        model,
+        CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False),
+    )
+    _outputs_match_onnxruntime(model, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize(("size", "stride", "kernel"), [(15, 1, 3), (15, 2, 3), (16, 2, 5)])
+def test_same_padding_becomes_the_convs_own_pads(mode, size, stride, kernel, tmp_path):
+    from engine.fusion.importer import prepare
+
+    conv = helper.make_node(
+        "Conv",
+        ["x", "w"],
+        ["y"],
+        name="conv",
+        auto_pad=mode,
+        strides=[stride, stride],
+        kernel_shape=[kernel, kernel],
+        group=16,
+    )
+    graph = helper.make_graph(
+        [conv],
+        "same",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_weights("w", [16, 1, kernel, kernel], 11)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    model = onnx.shape_inference.infer_shapes(model)
+    prepared = prepare(model, ["conv"])
+    attrs = {a.name for a in prepared.graph.node[0].attribute}
+    assert "auto_pad" not in attrs and "pads" in attrs
+    for layout in (NCHW, BLOCKED):
+        out = tmp_path / layout
+        compile_model(
+            model,
+            CompileConfig(
+                out_dir=str(out), choose_backends=False, measure=False, conv_layout=layout
+            ),
+        )
+        _outputs_match_onnxruntime(model, out)
