@@ -71,6 +71,9 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "workbench.urls"
 ASGI_APPLICATION = "workbench.asgi.application"
+# Threads per web process that run requests (workbench/asgi_handler.py): requests beyond
+# this many at once wait their turn. Keep it below the database pool (WORKBENCH_DB_POOL).
+WEB_THREADS = env_int("WORKBENCH_WEB_THREADS", 16, minimum=1)
 
 TEMPLATES = [
     {
@@ -311,7 +314,8 @@ if env_str("REDIS_URL", ""):
     # rate-limit counters shared by every web process
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's, with one connection pool per process, not one per request
+            "BACKEND": "workbench.redis_cache.RedisCache",
             "LOCATION": env_str("REDIS_URL", ""),
             "KEY_PREFIX": "workbench-cache",
         }

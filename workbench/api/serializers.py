@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -9,6 +10,24 @@ from workbench.forms import parse_shapes
 from workbench.models import Artifact, InputData, OnnxModel, Run, StageResult, Status, Target
 from workbench.snapshots import run_snapshot
 from workbench.targets import visible_targets
+
+
+def drf_datetime(value) -> str | None:
+    """A datetime as DRF's ``DateTimeField`` writes it: in the current time zone, ISO 8601,
+    UTC as ``Z``."""
+    if not value:
+        return None
+    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+# The runs and models are what every CI job polls. DRF builds a serializer's fields anew for
+# every request (copying the declared ones, mapping each model field) and then walks them
+# per row: a sixth of such a request's CPU (bench/api_profile.py). Their representations
+# below are written out instead, with what DRF's fields write (str, int, float, the JSON as
+# stored, dates as drf_datetime): tests/workbench/test_api_fast_paths.py compares them byte
+# for byte with DRF's own. A field added to Meta.fields must be added there too (the test
+# fails until it is).
 
 
 class OnnxModelSerializer(serializers.ModelSerializer):
@@ -36,7 +55,25 @@ class OnnxModelSerializer(serializers.ModelSerializer):
 
     def get_analyzed(self, obj: OnnxModel) -> bool:
         has_analysis = getattr(obj, "has_analysis", None)  # the list's annotation
-        return obj.analysis is not None if has_analysis is None else has_analysis
+        return obj.analysis is not None if has_analysis is None else bool(has_analysis)
+
+    def to_representation(self, obj: OnnxModel) -> dict:
+        return {
+            "id": obj.pk,
+            "name": obj.name,
+            "sha256": obj.sha256,
+            "size_bytes": obj.size_bytes,
+            "ir_version": obj.ir_version,
+            "opsets": obj.opsets,
+            "producer": obj.producer,
+            "node_count": obj.node_count,
+            "inputs": obj.inputs,
+            "outputs": obj.outputs,
+            "is_sample": obj.is_sample,
+            "analyzed": self.get_analyzed(obj),
+            "baseline_run": obj.baseline_run_id,
+            "created_at": drf_datetime(obj.created_at),
+        }
 
 
 class UploadedModelSerializer(OnnxModelSerializer):
@@ -46,6 +83,9 @@ class UploadedModelSerializer(OnnxModelSerializer):
 
     analysis_run = serializers.IntegerField(allow_null=True, read_only=True)
     analysis_not_started = serializers.CharField(allow_null=True, read_only=True)
+
+    # more fields than the model's hand-written representation: DRF's own
+    to_representation = serializers.ModelSerializer.to_representation
 
     class Meta(OnnxModelSerializer.Meta):
         fields = [*OnnxModelSerializer.Meta.fields, "analysis_run", "analysis_not_started"]
@@ -336,3 +376,16 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field(RunSnapshotSerializer)
     def get_snapshot(self, obj: Run) -> dict:
         return run_snapshot(obj)
+
+    def to_representation(self, obj: Run) -> dict:
+        return {
+            "id": obj.pk,
+            "model": obj.model_id,
+            "target": self.get_target(obj),
+            "config": obj.config,
+            "status": obj.status,
+            "progress": float(obj.progress),
+            "retry_of": obj.retry_of_id,
+            "snapshot": run_snapshot(obj),
+            "created_at": drf_datetime(obj.created_at),
+        }
