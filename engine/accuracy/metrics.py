@@ -179,9 +179,12 @@ def compare_tensors(
         mismatch = int(np.count_nonzero(~finite & ~_same_nonfinite(r, c)))
         r, c = r[finite], c[finite]
     if r.size == 0:
-        exact = _exact(ref.size)
+        # Nothing finite on both sides to measure: exact only if every non-finite value
+        # matched (or there is nothing at all); a candidate all NaN where the reference is
+        # finite is as far off as can be, not an exact match.
+        base = _exact(ref.size) if not mismatch else _worst(ref.size)
         return replace(
-            exact, nonfinite_mismatch=mismatch, ref_max_abs=scale or 0.0, saturated=saturated
+            base, nonfinite_mismatch=mismatch, ref_max_abs=scale or 0.0, saturated=saturated
         )
     signal, power, dot = float(r @ r), float(c @ c), float(r @ c)
     diff = np.abs(np.subtract(c, r, out=c), out=c)
@@ -347,6 +350,10 @@ def _exact(elements: int) -> TensorMetrics:
 
 def incomparable(elements: int, error: str) -> TensorMetrics:
     """Worst-case metrics for a pair that cannot be compared, with the reason."""
+    return replace(_worst(elements), error=error)
+
+
+def _worst(elements: int) -> TensorMetrics:
     return TensorMetrics(
         elements=int(elements),
         max_abs=math.inf,
@@ -355,7 +362,6 @@ def incomparable(elements: int, error: str) -> TensorMetrics:
         max_rel=math.inf,
         cosine=0.0,
         snr_db=-SNR_CAP_DB,
-        error=error,
     )
 
 

@@ -147,6 +147,15 @@ def error_histogram(report: dict, output: str | None = None) -> dict:
     widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
     zeros = hist.get("zeros", 0)
     name = hist.get("output", output or "")
+    if not any(counts):
+        why = (
+            f"every element of '{name}' matches exactly ({zeros})"
+            if zeros
+            else f"no element of '{name}' has a finite error to place (NaN or inf on a side)"
+            if hist
+            else "no error histogram in this result"
+        )
+        return {"data": [], "layout": {}, "empty": f"No error histogram: {why}."}
     return {
         "data": [
             {

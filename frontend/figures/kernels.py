@@ -39,6 +39,17 @@ def kernel_times(result: dict, top: int = _TOP_KERNELS) -> dict:
                 "<extra></extra>",
             }
         )
+    if not timed:
+        return {
+            "data": [],
+            "layout": {},
+            "empty": "No kernel times: "
+            + (
+                "the artifact runs on onnxruntime alone, so no TVM kernel ships"
+                if result.get("backend") == "onnxruntime" or not result.get("kernels")
+                else "the kernels were not timed (the compile ran without measuring)"
+            ),
+        }
     hidden = len(timed) - len(shown)
     title = "Kernel times, measured on the worker"
     if hidden > 0:

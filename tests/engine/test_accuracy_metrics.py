@@ -52,6 +52,20 @@ def test_nonfinite_values_match_by_kind():
     ]
 
 
+def test_a_candidate_with_nothing_finite_is_not_an_exact_match():
+    """fp16 overflowing a whole output (SqueezeNet: 1000 NaN/inf) used to read as max
+    error 0, cosine 1, SNR 300 dB beside a failing verdict."""
+    ref = np.array([1.0, -2.0, 3.0])
+    overflowed = compare_tensors(ref, np.array([np.nan, np.inf, np.nan]))
+    assert overflowed.nonfinite_mismatch == 3
+    assert overflowed.max_abs == np.inf and overflowed.cosine == 0.0 and overflowed.snr_db < 0
+    assert overflowed.to_dict()["max_abs"] is None  # shown as unknown, never as 0
+    assert judge(overflowed, Thresholds())
+    both = np.array([np.nan, np.inf])  # the same non-finite values on both sides: exact
+    assert compare_tensors(both, both.copy()).max_abs == 0.0
+    assert compare_tensors(np.zeros(0), np.zeros(0)).max_abs == 0.0
+
+
 def test_shape_mismatch_is_incomparable_and_json_safe():
     m = compare_tensors(np.zeros((2, 3)), np.zeros((3, 2)))
     assert m.error == "shape 3x2 instead of 2x3"

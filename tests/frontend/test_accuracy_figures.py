@@ -109,7 +109,15 @@ def test_error_histogram_uses_geometric_bin_centres(report):
     assert trace["y"] == [3, 7]
     assert figure["layout"]["xaxis"]["type"] == "log"
     assert "2 elements exact" in figure["layout"]["title"]["text"]
-    assert error_histogram(report, output="missing")["data"][0]["x"] == []
+    missing = error_histogram(report, output="missing")
+    assert missing["data"] == [] and missing["empty"].startswith("No error histogram")
+
+
+def test_an_empty_histogram_says_why_instead_of_drawing_an_empty_frame():
+    nan_only = {"histograms": [{"output": "y", "edges": [], "counts": [], "zeros": 0}]}
+    assert "no element of 'y' has a finite error" in error_histogram(nan_only)["empty"]
+    exact = {"histograms": [{"output": "y", "edges": [1e-9, 1e-8], "counts": [0], "zeros": 9}]}
+    assert "every element of 'y' matches exactly (9)" in error_histogram(exact)["empty"]
 
 
 def test_layer_errors_by_node_keeps_the_worst_tensor(report):

@@ -79,7 +79,10 @@ def test_kernel_table_rows():
 
 
 def test_empty_result_gives_empty_figures():
-    assert all(trace["x"] == [] for trace in kernel_times({})["data"])
+    nothing = kernel_times({"backend": "onnxruntime", "kernels": []})
+    assert nothing["data"] == [] and "runs on onnxruntime alone" in nothing["empty"]
+    untimed = kernel_times({"backend": "tvm", "kernels": [{"id": "k0", "time_us": None}]})
+    assert "not timed" in untimed["empty"]
     assert fusion_stages({})["data"][0]["x"] == []
     assert kernel_table({}) == []
 
