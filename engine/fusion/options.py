@@ -34,7 +34,7 @@ class CompileOptions(StageOptions):
     conv_layout: str = option(
         "auto",
         "layout of the convolutions in the TVM build: auto builds NCHW and channel blocks "
-        "(NCHW16c on AVX-512) and keeps the faster, measured on the worker; nchw or blocked "
+        "(NCHW32c on AVX-512) and keeps the faster, measured on the worker; nchw or blocked "
         "build only that one",
         choices=CONV_LAYOUTS,
         label="Conv layout",

@@ -121,21 +121,23 @@ COMPILE_MEASURED = (
 
 
 def test_compile(both, real_model, tmp_path):
-    # The backend choice moves segments by measured times, which differ between two runs:
-    # without it the same build comes out of both (the choice is tested in the engine).
-    options = {"compile": {"threads": 1, "choose_backends": False}}
+    # The backend and conv-layout choices go by measured times, which differ between two
+    # runs: with both fixed the same build comes out of both (the choices are tested in
+    # the engine).
+    options = {"compile": {"threads": 1, "choose_backends": False, "conv_layout": "blocked"}}
     path = real_model("resnet_ts")
     out = str(tmp_path / "artifact")
     # The worker compiles through its tuning store (PostgreSQL): the CLI gets one too.
     store = str(tmp_path / "records")
     web, cli = both(path, "compile", "host", options,
-                    ["--threads", "1", "--no-choose-backends", "--tuning-store", store,
-                     "--out", out])  # fmt: skip
+                    ["--threads", "1", "--no-choose-backends", "--conv-layout", "blocked",
+                     "--tuning-store", store, "--out", out])  # fmt: skip
     for result in (web, cli):
         for kernel in result["kernels"]:
             kernel.pop("time_us"), kernel.pop("share")
         result["simplify"].pop("seconds")
     assert web["kernels"] and web["backend_choice"] == []
+    assert web["conv_layout"]["chosen"] == cli["conv_layout"]["chosen"] == "blocked"
     assert _without(web, *COMPILE_MEASURED) == _without(cli, *COMPILE_MEASURED)
     # The same files ship (their bytes hold build times: zip and tar dates).
     assert web["artifact_files"].keys() == cli["artifact_files"].keys()
