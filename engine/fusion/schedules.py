@@ -338,6 +338,15 @@ def _names(text: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", text))
 
 
+def _operands(sch, anchor):
+    """The anchor block, the regions it reads (its own output excluded), its iteration
+    kinds (0 spatial, 2 reduce) and its loops."""
+    block = sch.get(anchor)
+    output = _buffer(block.writes[0])
+    reads = [r for r in block.reads if not _buffer(r).same_as(output)]
+    return block, reads, _iter_types(sch, anchor), sch.get_loops(anchor)
+
+
 def _per_channel(sch, config: CpuScheduleConfig) -> bool:
     """Depthwise conv: parallel over the leading spatial loops up to the channel (the first
     axis both operands are indexed by), the padded input and the epilogue computed inside
@@ -345,11 +354,7 @@ def _per_channel(sch, config: CpuScheduleConfig) -> bool:
     anchor = _anchor(sch)
     if anchor is None or _reduce_extent(sch, anchor) >= _MIN_GEMV_REDUCE:
         return False
-    block = sch.get(anchor)
-    output = _buffer(block.writes[0])
-    reads = [r for r in block.reads if not _buffer(r).same_as(output)]
-    types = _iter_types(sch, anchor)
-    loops = sch.get_loops(anchor)
+    block, reads, types, loops = _operands(sch, anchor)
     if len(reads) != 2 or len(loops) != len(types) or types != sorted(types):
         return False
     used = [set().union(*(_names(str(dim.min)) for dim in r.region)) for r in reads]
@@ -383,11 +388,7 @@ def _window(sch, config: CpuScheduleConfig) -> bool:
     anchor = _anchor(sch)
     if anchor is None:
         return False
-    block = sch.get(anchor)
-    output = _buffer(block.writes[0])
-    reads = [r for r in block.reads if not _buffer(r).same_as(output)]
-    types = _iter_types(sch, anchor)
-    loops = sch.get_loops(anchor)
+    block, reads, types, loops = _operands(sch, anchor)
     if not reads or len(loops) != len(types) or types != sorted(types):
         return False
     n_spatial = types.count(0)
