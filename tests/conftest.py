@@ -38,6 +38,19 @@ def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.1, what: st
 
 
 @pytest.fixture(autouse=True)
+def _own_channel_layer():
+    """Each test gets its own channel layer object. The layer keeps asyncio locks bound to
+    the event loop that first used them, and every ``async_to_sync`` runs a loop of its
+    own: a lock an earlier test's consumer left held failed a later test with "bound to a
+    different event loop" (CI, test_dashboard). A server has one loop per process."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
 def _own_rate_limits():
     """Each test counts rate limits from zero (``workbench.limits`` keys carry the
     namespace), in its own process and in the servers and workers it starts."""
