@@ -23,9 +23,10 @@ blocks save. So the compile stage builds both and keeps the faster
 
 from __future__ import annotations
 
-NCHW = "nchw"
-BLOCKED = "blocked"
-LAYOUTS = (NCHW, BLOCKED)
+from engine.fusion.options import CONV_LAYOUTS
+
+LAYOUTS = CONV_LAYOUTS[1:]  # the options' names, "auto" aside
+NCHW, BLOCKED = LAYOUTS
 _AS_IT_IS = ["NCHW", "OIHW", "NCHW"]
 
 

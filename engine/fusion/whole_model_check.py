@@ -115,10 +115,12 @@ def _time_alternating(
     config,
     report,
     message: str = "timing the whole model, tuned and with default schedules",
+    models: list[CompiledModel] | None = None,
 ) -> tuple[float, float, int]:
     """Median latency (ms) of two builds of one model, timed in alternating rounds so a
-    change in the machine's speed falls on both; and how many runs each got."""
-    models = [CompiledModel(d, threads=spec.threads) for d in (first, second)]
+    change in the machine's speed falls on both; and how many runs each got. ``models``:
+    the two builds already loaded (else loaded from ``first`` and ``second``)."""
+    models = models or _load(first, second, spec)
     feeds = example_inputs(models[0].input_specs, config.seed)
     timing = TimingConfig(window_s=config.timing_window_s / _CHECK_ROUNDS, min_runs=3)
     medians: list[list[float]] = [[], []]
@@ -156,13 +158,20 @@ def choose_conv_layout(
         built_blocked = build_all(fused_blocked, spec, other, None, config.build_timeout_s, report)
         manifest(staging, built)
         manifest(other, built_blocked)
-        agree, worst = _outputs_agree(staging, other, spec, config)
+        models = _load(staging, other, spec)  # once, for the check and the timing
+        agree, worst = _outputs_agree(models, config)
         if not agree:
             shutil.rmtree(other, ignore_errors=True)
             reason = f"the blocked build's outputs differ from the NCHW build's by {worst:.3g}"
             return fused, built, {**choice, "reason": reason}
         nchw_ms, blocked_ms, runs = _time_alternating(
-            staging, other, spec, config, report, "timing the whole model, NCHW and blocked"
+            staging,
+            other,
+            spec,
+            config,
+            report,
+            "timing the whole model, NCHW and blocked",
+            models,
         )
     except LayoutUnsupported as e:
         shutil.rmtree(other, ignore_errors=True)
@@ -215,10 +224,13 @@ def blockable_in(segments, spec) -> tuple[int, int]:
     return convs, lanes
 
 
-def _outputs_agree(first: Path, second: Path, spec, config) -> tuple[bool, float]:
+def _load(first: Path, second: Path, spec) -> list[CompiledModel]:
+    return [CompiledModel(d, threads=spec.threads) for d in (first, second)]
+
+
+def _outputs_agree(models: list[CompiledModel], config) -> tuple[bool, float]:
     """Whether two builds of one model give the same outputs on random inputs, within
     the compile check's tolerances; and the largest difference."""
-    models = [CompiledModel(d, threads=spec.threads) for d in (first, second)]
     feeds = example_inputs(models[0].input_specs, config.seed)
     results = [m.run(feeds) for m in models]
     worst = 0.0

@@ -8,11 +8,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
+from onnx_builders import build
 
 from engine.fusion import CompileConfig, compile_model
 from engine.fusion.conv_layout import BLOCKED, NCHW, _conv_layouts
 from engine.fusion.standalone import CompiledModel
+
+
+def _model(nodes, input_shape, initializers=()):
+    """One float input ``x`` of ``input_shape``, one output ``y``, shapes inferred."""
+    model = build(nodes, [("x", input_shape)], [("y", None)], initializers, opset=18)
+    return onnx.shape_inference.infer_shapes(model)
 
 
 def _weights(name, shape, seed):
@@ -85,15 +92,7 @@ def _convnet(in_channels=3, mid=32, out=24, size=20):
         numpy_helper.from_array(np.array(0.5, dtype="float32"), "high"),
         _weights("b2", [out], 4),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "convnet",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
-    return onnx.shape_inference.infer_shapes(model)
+    return _model(nodes, [1, in_channels, size, size], inits)
 
 
 def _outputs_match_onnxruntime(model, directory):
@@ -145,13 +144,7 @@ def test_the_compile_stage_times_both_layouts_and_says_which_ships(tmp_path):
 
 
 def test_a_model_without_convs_is_not_built_twice(tmp_path):
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [1, 8, 4, 4])
     result = compile_model(
         model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2)
     )
@@ -228,15 +221,7 @@ def _padded_conv(pads, mode="constant", value=None, readers=1):
         nodes.append(helper.make_node("Add", outs, ["y"], name="sum"))
     else:
         nodes[-1].output[0] = "y"
-    graph = helper.make_graph(
-        nodes,
-        "padded",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 15, 15])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
-    return onnx.shape_inference.infer_shapes(model)
+    return _model(nodes, [1, 16, 15, 15], inits)
 
 
 @pytest.mark.parametrize(
@@ -292,15 +277,7 @@ def test_same_padding_becomes_the_convs_own_pads(mode, size, stride, kernel, tmp
         kernel_shape=[kernel, kernel],
         group=16,
     )
-    graph = helper.make_graph(
-        [conv],
-        "same",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [_weights("w", [16, 1, kernel, kernel], 11)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
-    model = onnx.shape_inference.infer_shapes(model)
+    model = _model([conv], [1, 16, size, size], [_weights("w", [16, 1, kernel, kernel], 11)])
     prepared = prepare(model, ["conv"])
     attrs = {a.name for a in prepared.graph.node[0].attribute}
     assert "auto_pad" not in attrs and "pads" in attrs
