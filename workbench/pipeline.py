@@ -204,19 +204,22 @@ def claim_stage(stage_id: int, *, worker: str) -> StageResult | None:
     now = timezone.now()
     stale = now - timedelta(seconds=settings.RUN_STALE_SECONDS)
     claimable = Q(status=Status.QUEUED) | Q(status=Status.RUNNING, heartbeat_at__lt=stale)
+    # The stage's own conditions stay on the UPDATE itself, not in a join: PostgreSQL then
+    # checks them again on the row a concurrent reaper or cancel just changed (a join makes
+    # Django move every condition into a subquery, whose old snapshot would let this claim
+    # revive a stage the reaper had failed a moment before).
+    live_runs = Run.objects.exclude(status__in=[Status.CANCELLED, Status.FAILED]).values("pk")
     with transaction.atomic():
-        taken = (
-            StageResult.objects.filter(claimable, pk=stage_id, attempts__lt=MAX_ATTEMPTS)
-            .exclude(run__status__in=[Status.CANCELLED, Status.FAILED])
-            .update(
-                status=Status.RUNNING,
-                worker=worker,
-                heartbeat_at=now,
-                started_at=now,
-                attempts=F("attempts") + 1,
-                progress=0.0,
-                message="started",
-            )
+        taken = StageResult.objects.filter(
+            claimable, pk=stage_id, attempts__lt=MAX_ATTEMPTS, run_id__in=live_runs
+        ).update(
+            status=Status.RUNNING,
+            worker=worker,
+            heartbeat_at=now,
+            started_at=now,
+            attempts=F("attempts") + 1,
+            progress=0.0,
+            message="started",
         )
         if not taken:
             return None
