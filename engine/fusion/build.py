@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.fusion.conv_layout import BLOCKED, NCHW, to_blocked
+from engine.fusion.conv_layout import BLOCKED, NCHW, nchw_layouts, to_blocked, weights_to_transpose
 from engine.fusion.importer import ImportedModule, restore_names
 from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
 from engine.fusion.schedules import vector_lanes
@@ -66,9 +66,9 @@ def pretransform_weights(
     mod = imported.mod
     if conv_layout == BLOCKED:
         mod = to_blocked(mod, vector_lanes(target))  # LayoutUnsupported: caller keeps NCHW
-    elif _only_dense_convs(mod):
+    elif weights_to_transpose(mod):
         try:
-            mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NCHW", "IHWO"]})(mod)
+            mod = relax.transform.ConvertLayout({}, nchw_layouts)(mod)
         except Exception:  # noqa: BLE001 - some ops cannot take the layout: keep OIHW
             mod = imported.mod
     mod = relax.transform.LiftTransformParams()(mod)
@@ -107,20 +107,6 @@ def _bind_scalars(imported: ImportedModule) -> ImportedModule:
     return ImportedModule(
         mod, params, imported.input_names, imported.binding_nodes, imported.folded_nodes
     )
-
-
-def _only_dense_convs(mod) -> bool:
-    """ConvertLayout is applied only where every conv2d is a dense (groups=1) NCHW conv."""
-    from tvm import relax
-
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
-            found.append(int(expr.attrs.groups) == 1 and str(expr.attrs.data_layout) == "NCHW")
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return bool(found) and all(found)
 
 
 def unfused_calls(segment: FusedSegment, node_order: list[str]) -> list[KernelCall]:

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 from onnx_builders import build
 
 from engine.fusion import CompileConfig, compile_model
-from engine.fusion.conv_layout import BLOCKED, NCHW, _conv_layouts
+from engine.fusion.conv_layout import BLOCKED, NCHW, _conv_layouts, nchw_layouts
 from engine.fusion.standalone import CompiledModel
 
 
@@ -190,6 +190,52 @@ class _Call:
 )
 def test_which_convs_take_blocks(data, weight, groups, expected):
     assert _conv_layouts(_Call(data, weight, groups), lanes=16) == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "weight", "groups", "kernel"),
+    [
+        ([1, 64, 56, 56], [64, 64, 3, 3], 1, "IHWO"),  # dense
+        ([1, 96, 27, 27], [256, 48, 5, 5], 2, "IHWO"),  # AlexNet's two-group conv
+        ([1, 96, 56, 56], [96, 1, 3, 3], 96, "OIHW"),  # depthwise: read in place
+    ],
+)
+def test_an_nchw_build_stores_dense_and_grouped_conv_weights_ihwo(data, weight, groups, kernel):
+    assert nchw_layouts(_Call(data, weight, groups)) == {
+        "relax.nn.conv2d": ["NCHW", kernel, "NCHW"]
+    }
+    assert nchw_layouts(_Call(data, weight, groups, ("NHWC", "OHWI"))) == {}
+
+
+@pytest.mark.parametrize("layout", [BLOCKED, NCHW])
+def test_grouped_and_depthwise_convs_in_one_model_compute_what_onnxruntime_computes(
+    layout, tmp_path
+):
+    """A two-group conv (kept NCHW in both layouts, its weights IHWO) between a depthwise
+    conv and a dense one: the mix ConvNeXt and AlexNet have."""
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=32),
+        helper.make_node(
+            "Conv", ["d", "wg", "bg"], ["g"], kernel_shape=[5, 5], pads=[2] * 4, group=2
+        ),
+        helper.make_node("Relu", ["g"], ["r"]),
+        helper.make_node("Conv", ["r", "w1"], ["y"], kernel_shape=[1, 1]),
+    ]
+    inits = [
+        _weights("wd", [32, 1, 3, 3], 0),
+        _weights("wg", [48, 16, 5, 5], 1),
+        _weights("bg", [48], 2),
+        _weights("w1", [16, 48, 1, 1], 3),
+    ]
+    model = _model(nodes, [1, 32, 13, 13], inits)
+    result = compile_model(
+        model,
+        CompileConfig(
+            out_dir=str(tmp_path), conv_layout=layout, choose_backends=False, measure=False
+        ),
+    )
+    assert result.backend == "tvm"
+    _outputs_match_onnxruntime(model, tmp_path)
 
 
 def _padded_conv(pads, mode="constant", value=None, readers=1):
