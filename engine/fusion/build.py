@@ -11,6 +11,7 @@ from engine.fusion.conv_layout import BLOCKED, NCHW, nchw_layouts, to_blocked, w
 from engine.fusion.importer import ImportedModule, restore_names
 from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
 from engine.fusion.schedules import vector_lanes
+from engine.fusion.weight_panels import pack_weight_panels
 from engine.fusion.workloads import workload_key, workload_module
 
 
@@ -71,6 +72,7 @@ def pretransform_weights(
             mod = relax.transform.ConvertLayout({}, nchw_layouts)(mod)
         except Exception:  # noqa: BLE001 - some ops cannot take the layout: keep OIHW
             mod = imported.mod
+    mod = pack_weight_panels(mod)
     mod = relax.transform.LiftTransformParams()(mod)
     if "main_transform_params" not in [gv.name_hint for gv in mod.get_global_vars()]:
         return imported

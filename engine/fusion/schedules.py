@@ -34,6 +34,7 @@ _MIN_ANCHOR_REDUCE = 4  # below: a reduction is not worth a register tile
 _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) below this
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
 _SCHEDULED = "tir.is_scheduled"
+_MIN_SHARES = 8  # parallel shares of a tiled kernel below which its last tile loop joins
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,14 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
     sch.vectorize(vec_i)
     for loop in inner:
         sch.unroll(loop)
-    parallel = sch.fuse(*outer[:-1]) if len(outer) > 2 else outer[0]
+    # The last outer loop stays inside each thread's share (its tiles reuse what the
+    # outer ones hold) unless the loops outside it leave too few shares to spread: a
+    # matrix-vector product (one row) then ran on one thread however many were asked for.
+    shares = math.prod(_extents(sch, outer[:-1]))
+    if shares < _MIN_SHARES and len(outer) > 1:
+        parallel = sch.fuse(*outer)
+    else:
+        parallel = sch.fuse(*outer[:-1]) if len(outer) > 2 else outer[0]
     sch.parallel(parallel)
     sch.decompose_reduction(anchor, reduce[0])
     for block in _blocks(sch):

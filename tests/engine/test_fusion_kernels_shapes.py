@@ -232,3 +232,57 @@ def test_a_small_integer_power_is_multiplies_and_stays_exact(exponent, tmp_path)
     assert result.outputs_match, result.max_abs_error
     names = [k.func for k in result.kernels]
     assert any("power" in n for n in names) == (exponent == 0.5), names
+
+
+def _fully_connected(rows_shape, k, n, seed=0):
+    """``x @ W + b`` then ReLU, W a weight of ``k`` x ``n`` (a Gemm with transB, as
+    exporters write a Linear layer, for a 2-D ``x``; a MatMul otherwise)."""
+    rng = np.random.default_rng(seed)
+    b = onnx.numpy_helper.from_array(rng.standard_normal(n).astype("float32"), "b")
+    if len(rows_shape) == 1:
+        w = rng.standard_normal((n, k)).astype("float32") * 0.05
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc", transB=1)]
+    else:
+        w = rng.standard_normal((k, n)).astype("float32") * 0.05
+        nodes = [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
+            helper.make_node("Add", ["m", "b"], ["h"], name="bias"),
+        ]
+    nodes.append(helper.make_node("Relu", ["h"], ["y"], name="relu"))
+    inits = [onnx.numpy_helper.from_array(w, "w"), b]
+    return _model(nodes, [("x", [*rows_shape, k])], "y", inits)
+
+
+def _param_shapes(directory):
+    shapes = []
+    for params in directory.glob("artifact/**/*.params.npz"):
+        with np.load(params) as stored:
+            shapes += [tuple(stored[name].shape) for name in stored.files]
+    return shapes
+
+
+@pytest.mark.parametrize(
+    ("rows_shape", "k", "n", "panels"),
+    [
+        ([1], 1024, 512, (4, 1024, 128)),  # a batch-1 classifier layer
+        ([1, 3], 1024, 384, (3, 1024, 128)),  # three rows: still weight-bound
+        ([1, 8], 1024, 384, None),  # a register tile's rows: left as it is
+        ([1], 1024, 1000, None),  # no panel width divides 1000
+    ],
+)
+def test_weight_bound_products_read_their_weights_in_panels(rows_shape, k, n, panels, tmp_path):
+    model = _fully_connected(rows_shape, k, n)
+    result = compile_model(
+        model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False)
+    )
+    assert result.backend == "tvm"
+    shapes = _param_shapes(tmp_path)
+    if panels is None:
+        assert not any(len(s) == 3 for s in shapes), shapes
+    else:
+        assert panels in shapes, shapes  # packed once, at build time
+    assert {k.schedule for k in result.kernels if "matmul" in k.func} == {"tiled"}
+    compiled = CompiledModel(tmp_path / "artifact", threads=2)
+    feeds = compiled.example_inputs(5)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,84 @@
+"""Weights of matrix-vector products stored in panels, packed once at build time.
+
+A fully connected layer on one input row (AlexNet's and VGG's classifiers, any batch-1
+``Gemm``) reads each weight once: its speed is the speed at which the weight streams from
+memory. Stored ``[K, N]`` (output columns innermost, where the schedule vectorizes), a tile
+of 128 columns reads 512 bytes of one row, then jumps a whole row (16 KB for N = 4096) to
+the next: every read is on a new page, which the hardware prefetcher does not follow, and
+the kernel waits on memory latency. AlexNet's 9216 x 4096 layer took 14.1 ms on one thread
+against onnxruntime's 9-10 ms, and did not get faster on two.
+
+Stored in panels ``[N / t, K, t]`` the tile's reads are one contiguous stream: the same
+layer took 11.3 ms on one thread and 3.3 ms on two (TE kernel alone, this machine,
+``bench/tvm_build_bench.py`` for whole models). This module rewrites such a product,
+``matmul(x, W)`` with ``W`` a weight of static shape and ``x`` of fewer rows than a register
+tile, into ``matmul(x, panels(W))`` over the panels (a batched product broadcasting ``x``)
+and a transpose back; ``panels(W)`` depends on the weight alone, so LiftTransformParams
+computes it once at build time (``build.pretransform_weights``).
+"""
+
+from __future__ import annotations
+
+import math
+
+PANEL_WIDTHS = (128, 64, 32, 16)  # columns per panel: the widest that divides N wins
+MAX_ROWS = 6  # rows of x up to which a product is weight-bound (a register tile has 7)
+MIN_WEIGHT_BYTES = 1 << 20  # below: the weight stays in cache between calls anyway
+
+
+def panel_width(rows: int, k: int, n: int) -> int | None:
+    """The panel width for a product of ``rows`` x ``k`` by ``k`` x ``n`` (float32), or
+    None to leave it as it is."""
+    if rows > MAX_ROWS or 4 * k * n < MIN_WEIGHT_BYTES:
+        return None
+    return next((t for t in PANEL_WIDTHS if n % t == 0 and n > t), None)
+
+
+def pack_weight_panels(mod):
+    """``mod`` with every weight-bound matmul of ``main`` reading its weight in panels."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    main = mod["main"]
+    if main.attrs is None or "num_input" not in main.attrs:
+        return mod
+    weights = set(main.params[int(main.attrs["num_input"]) :])
+    if not weights:
+        return mod
+    pattern = is_op("relax.matmul")(wildcard(), wildcard())
+    packed = []
+
+    def rewrite(expr, matches):
+        x, w = expr.args
+        if w not in weights:
+            return expr
+        x_shape, w_shape = _static_shape(x), _static_shape(w)
+        if x_shape is None or w_shape is None or len(w_shape) != 2 or len(x_shape) < 1:
+            return expr
+        if str(w.ty.dtype) != "float32" or str(x.ty.dtype) != "float32":
+            return expr
+        k, n = w_shape
+        if x_shape[-1] != k:
+            return expr
+        rows = math.prod(x_shape[:-1])
+        t = panel_width(rows, k, n)
+        if t is None:
+            return expr
+        panels = relax.op.layout_transform(w, index_map=lambda kk, nn: (nn // t, kk, nn % t))
+        flat = relax.op.reshape(x, [rows, k])
+        product = relax.op.matmul(flat, panels)  # [n / t, rows, t]
+        columns = relax.op.permute_dims(product, [1, 0, 2])  # [rows, n / t, t]
+        packed.append(w)
+        return relax.op.reshape(columns, [*x_shape[:-1], n])
+
+    updated = tvm.IRModule(dict(mod.functions))
+    updated["main"] = rewrite_call(pattern, rewrite, main)
+    return updated if packed else mod
+
+
+def _static_shape(expr) -> list[int] | None:
+    try:
+        return [int(d) for d in expr.ty.shape]
+    except (TypeError, AttributeError):
+        return None
