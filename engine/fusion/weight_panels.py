@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import math
 
-PANEL_WIDTHS = (128, 64, 32, 16)  # columns per panel: the widest that divides N wins
+# Columns per panel: the widest that divides N wins. Eight for ImageNet's 1000 classes: a
+# 4096 x 1000 classifier took 3.56 ms in [K, N] (its 128-column tiles predicated, their
+# sums in memory), 0.65 ms in panels of 8 (onnxruntime 0.66; 1 thread).
+PANEL_WIDTHS = (128, 64, 32, 16, 8)
 MAX_ROWS = 6  # rows of x up to which a product is weight-bound (a register tile has 7)
 MIN_WEIGHT_BYTES = 1 << 20  # below: the weight stays in cache between calls anyway
 

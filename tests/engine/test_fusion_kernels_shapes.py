@@ -267,7 +267,8 @@ def _param_shapes(directory):
         ([1], 1024, 512, (4, 1024, 128)),  # a batch-1 classifier layer
         ([1, 3], 1024, 384, (3, 1024, 128)),  # three rows: still weight-bound
         ([1, 8], 1024, 384, None),  # a register tile's rows: left as it is
-        ([1], 1024, 1000, None),  # no panel width divides 1000
+        ([1], 1024, 1000, (125, 1024, 8)),  # an ImageNet classifier: 3.6 -> 0.65 ms
+        ([1], 1024, 1001, None),  # no panel width divides 1001
     ],
 )
 def test_weight_bound_products_read_their_weights_in_panels(rows_shape, k, n, panels, tmp_path):
