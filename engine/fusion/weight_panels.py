@@ -11,9 +11,10 @@ against onnxruntime's 9-10 ms, and did not get faster on two.
 Stored in panels ``[N / t, K, t]`` the tile's reads are one contiguous stream: the same
 layer took 11.3 ms on one thread and 3.3 ms on two (TE kernel alone, this machine,
 ``bench/tvm_build_bench.py`` for whole models). This module rewrites such a product,
-``matmul(x, W)`` with ``W`` a weight of static shape and ``x`` of fewer rows than a register
+``matmul(x, W)`` with ``W`` a weight (a parameter or a constant) of static shape and ``x`` of fewer rows than a register
 tile, into ``matmul(x, panels(W))`` over the panels (a batched product broadcasting ``x``)
 and a transpose back; ``panels(W)`` depends on the weight alone, so LiftTransformParams
+(for a parameter) or FoldConstant (for a constant: the bundled zoo models' weights)
 computes it once at build time (``build.pretransform_weights``).
 """
 
@@ -47,15 +48,13 @@ def pack_weight_panels(mod):
     if main.attrs is None or "num_input" not in main.attrs:
         return mod
     weights = set(main.params[int(main.attrs["num_input"]) :])
-    if not weights:
-        return mod
     pattern = is_op("relax.matmul")(wildcard(), wildcard())
     packed = []
 
     def rewrite(expr, matches):
         x, w = expr.args
-        if w not in weights:
-            return expr
+        if w not in weights and not isinstance(w, tvm.ir.GenericConst):
+            return expr  # an activation: packing would cost a pass over it on every call
         x_shape, w_shape = _static_shape(x), _static_shape(w)
         if x_shape is None or w_shape is None or len(w_shape) != 2 or len(x_shape) < 1:
             return expr

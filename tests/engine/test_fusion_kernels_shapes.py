@@ -234,9 +234,10 @@ def test_a_small_integer_power_is_multiplies_and_stays_exact(exponent, tmp_path)
     assert any("power" in n for n in names) == (exponent == 0.5), names
 
 
-def _fully_connected(rows_shape, k, n, seed=0):
+def _fully_connected(rows_shape, k, n, seed=0, constant=False):
     """``x @ W + b`` then ReLU, W a weight of ``k`` x ``n`` (a Gemm with transB, as
-    exporters write a Linear layer, for a 2-D ``x``; a MatMul otherwise)."""
+    exporters write a Linear layer, for a 2-D ``x``; a MatMul otherwise); ``constant``: W
+    from a Constant node, not an initializer."""
     rng = np.random.default_rng(seed)
     b = onnx.numpy_helper.from_array(rng.standard_normal(n).astype("float32"), "b")
     if len(rows_shape) == 1:
@@ -249,8 +250,11 @@ def _fully_connected(rows_shape, k, n, seed=0):
             helper.make_node("Add", ["m", "b"], ["h"], name="bias"),
         ]
     nodes.append(helper.make_node("Relu", ["h"], ["y"], name="relu"))
-    inits = [onnx.numpy_helper.from_array(w, "w"), b]
-    return _model(nodes, [("x", [*rows_shape, k])], "y", inits)
+    weight = onnx.numpy_helper.from_array(w, "w")
+    if constant:
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], name="wc", value=weight))
+        return _model(nodes, [("x", [*rows_shape, k])], "y", [b])
+    return _model(nodes, [("x", [*rows_shape, k])], "y", [weight, b])
 
 
 def _param_shapes(directory):
@@ -262,17 +266,20 @@ def _param_shapes(directory):
 
 
 @pytest.mark.parametrize(
-    ("rows_shape", "k", "n", "panels"),
+    ("rows_shape", "k", "n", "panels", "constant"),
     [
-        ([1], 1024, 512, (4, 1024, 128)),  # a batch-1 classifier layer
-        ([1, 3], 1024, 384, (3, 1024, 128)),  # three rows: still weight-bound
-        ([1, 8], 1024, 384, None),  # a register tile's rows: left as it is
-        ([1], 1024, 1000, (125, 1024, 8)),  # an ImageNet classifier: 3.6 -> 0.65 ms
-        ([1], 1024, 1001, None),  # no panel width divides 1001
+        ([1], 1024, 512, (4, 1024, 128), False),  # a batch-1 classifier layer
+        ([1], 1024, 512, (4, 1024, 128), True),  # its weight a Constant (the zoo's light models)
+        ([1, 3], 1024, 384, (3, 1024, 128), False),  # three rows: still weight-bound
+        ([1, 8], 1024, 384, None, False),  # a register tile's rows: left as it is
+        ([1], 1024, 1000, (125, 1024, 8), False),  # an ImageNet classifier: 3.6 -> 0.65 ms
+        ([1], 1024, 1001, None, False),  # no panel width divides 1001
     ],
 )
-def test_weight_bound_products_read_their_weights_in_panels(rows_shape, k, n, panels, tmp_path):
-    model = _fully_connected(rows_shape, k, n)
+def test_weight_bound_products_read_their_weights_in_panels(
+    rows_shape, k, n, panels, constant, tmp_path
+):
+    model = _fully_connected(rows_shape, k, n, constant=constant)
     result = compile_model(
         model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False)
     )
