@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_
 from engine.fusion.schedules import vector_lanes
 from engine.fusion.weight_panels import pack_weight_panels
 from engine.fusion.workloads import workload_key, workload_module
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,7 +75,10 @@ def pretransform_weights(
             mod = relax.transform.ConvertLayout({}, nchw_layouts)(mod)
         except Exception:  # noqa: BLE001 - some ops cannot take the layout: keep OIHW
             mod = imported.mod
-    mod = pack_weight_panels(mod)
+    try:
+        mod = pack_weight_panels(mod)
+    except Exception:  # noqa: BLE001 - an optimization TVM refused: build without panels
+        log.warning("weight panels failed; weights stay as they are", exc_info=True)
     mod = relax.transform.LiftTransformParams()(mod)
     if "main_transform_params" not in [gv.name_hint for gv in mod.get_global_vars()]:
         return imported

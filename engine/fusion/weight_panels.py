@@ -52,7 +52,10 @@ def pack_weight_panels(mod):
     packed = []
 
     def rewrite(expr, matches):
-        x, w = expr.args
+        call = matches[pattern]  # ``expr`` can be the variable bound to it (GPT-2, ViT)
+        if not isinstance(call, relax.Call) or len(call.args) != 2:
+            return expr
+        x, w = call.args
         if w not in weights and not isinstance(w, tvm.ir.GenericConst):
             return expr  # an activation: packing would cost a pass over it on every call
         x_shape, w_shape = _static_shape(x), _static_shape(w)

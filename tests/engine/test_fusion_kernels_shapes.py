@@ -294,3 +294,24 @@ def test_weight_bound_products_read_their_weights_in_panels(
     feeds = compiled.example_inputs(5)
     reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("rows", "panels"), [(1, (3, 1024, 128)), (128, None)])
+def test_a_product_that_is_the_models_output_is_packed_or_left_alone(rows, panels, tmp_path):
+    """GPT-2's lm_head: the product is the graph's output, and the rewrite is handed the
+    variable bound to it, not the call (it crashed the build of GPT-2 and ViT)."""
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((1024, 384)).astype("float32"), "w")
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="lm_head")],
+        [("x", [1, rows, 1024])],
+        "y",
+        [w],
+    )
+    compile_model(model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False))
+    shapes = _param_shapes(tmp_path)
+    assert (panels in shapes) if panels else not any(len(s) == 3 for s in shapes), shapes
+    compiled = CompiledModel(tmp_path / "artifact", threads=1)
+    feeds = compiled.example_inputs(2)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
