@@ -38,12 +38,17 @@ class LayoutUnsupported(Exception):
 
 def blockable_convs(mod, lanes: int) -> int:
     """How many convs of ``mod`` the blocked layout would block."""
+    return _count_calls(mod, lambda call: _conv_layouts(call, lanes) is not None)
+
+
+def _count_calls(mod, wanted) -> int:
+    """How many calls of ``mod``'s ``main`` satisfy ``wanted``."""
     from tvm import relax
 
     found = []
 
     def visit(expr):
-        if isinstance(expr, relax.Call) and _conv_layouts(expr, lanes) is not None:
+        if isinstance(expr, relax.Call) and wanted(expr):
             found.append(expr)
 
     relax.analysis.post_order_visit(mod["main"], visit)
@@ -103,16 +108,7 @@ def nchw_layouts(call) -> dict:
 
 def weights_to_transpose(mod) -> bool:
     """``mod`` has a conv whose weights :func:`nchw_layouts` would store IHWO."""
-    from tvm import relax
-
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and nchw_layouts(expr) is _IHWO:
-            found.append(expr)
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return bool(found)
+    return _count_calls(mod, lambda call: nchw_layouts(call) is _IHWO) > 0
 
 
 def _clips_as_min_max(mod):

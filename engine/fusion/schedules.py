@@ -448,11 +448,10 @@ def _parallel_block(sch, block, config: CpuScheduleConfig) -> None:
     if lead == len(types):  # all spatial: fuse, vectorize the inside, parallel outside
         extents = _extents(sch, loops)
         if extents[-1] % config.vector_lanes == 0 and len(loops) > 1:
-            lanes = config.vector_lanes
             # Lanes from the innermost loop alone: split from one loop over the whole
             # block, every vector divided its index back into five coordinates (a 3x3
             # NCHW32c conv of 64 channels at 28x28 with its input padding: 363 -> 345 us).
-            outer, inner = sch.split(loops[-1], [None, lanes])
+            outer, inner = sch.split(loops[-1], [None, config.vector_lanes])
             sch.vectorize(inner)
             sch.parallel(sch.fuse(*loops[:-1], outer))
             return

@@ -49,7 +49,6 @@ def pack_weight_panels(mod):
         return mod
     weights = set(main.params[int(main.attrs["num_input"]) :])
     pattern = is_op("relax.matmul")(wildcard(), wildcard())
-    packed = []
 
     def rewrite(expr, matches):
         call = matches[pattern]  # ``expr`` can be the variable bound to it (GPT-2, ViT)
@@ -74,12 +73,11 @@ def pack_weight_panels(mod):
         flat = relax.op.reshape(x, [rows, k])
         product = relax.op.matmul(flat, panels)  # [n / t, rows, t]
         columns = relax.op.permute_dims(product, [1, 0, 2])  # [rows, n / t, t]
-        packed.append(w)
         return relax.op.reshape(columns, [*x_shape[:-1], n])
 
     updated = tvm.IRModule(dict(mod.functions))
     updated["main"] = rewrite_call(pattern, rewrite, main)
-    return updated if packed else mod
+    return updated
 
 
 def _static_shape(expr) -> list[int] | None:
