@@ -3,8 +3,8 @@ onnxruntime alone.
 
 After the TVM build, every TVM segment is timed both ways on the worker, on the values it
 really receives (boundary copies included, as the shipped runtime runs it): its TVM kernels,
-and the same subgraph in onnxruntime with the threads onnxruntime gets inside a mix (one:
-TVM's pool spins between launches, see ``standalone.CompiledModel``). A segment that runs
+and the same subgraph in onnxruntime as it runs inside a mix: on the artifact's threads,
+its pool threads blocking when a run returns (see ``standalone.CompiledModel``). A segment that runs
 faster in onnxruntime moves there, with both times as the reason; re-partitioning merges it
 with its onnxruntime neighbours, so no boundary is added. What stays on TVM keeps its build.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from engine.fusion import delegate
 from engine.fusion.conv_layout import NCHW, LayoutUnsupported
 from engine.fusion.segment_builds import build_all, fuse_all
-from engine.fusion.standalone import ORT_THREADS_IN_MIX, CompiledModel
+from engine.fusion.standalone import CompiledModel, ort_session
 from engine.fusion.timing import TimingConfig, time_calls
 
 MARGIN = 0.05
@@ -49,8 +49,8 @@ class SegmentChoice:
         faster = "onnxruntime" if self.backend == delegate.ORT else "TVM"
         return (
             f"{faster} measured faster on this segment: TVM {self.tvm_ms:.3f} ms (its faster "
-            f"thread setting), onnxruntime {self.onnxruntime_ms:.3f} ms (1 thread, as inside "
-            f"a mix), fastest runs on this worker"
+            f"thread setting), onnxruntime {self.onnxruntime_ms:.3f} ms (the artifact's threads, "
+            f"as inside a mix), fastest runs on this worker"
         )
 
     def to_dict(self) -> dict:
@@ -69,8 +69,6 @@ def time_segments(staging, segments, threads: int, feeds: dict) -> list[SegmentC
     model runs them, on the values the earlier segments produced. TVM's time is its
     faster of 1 and ``threads`` threads: the artifact ships on its fastest setting (a
     small model's kernels run faster on one thread than split over two)."""
-    import onnxruntime as ort
-
     tvm_ms: dict[int, float] = {}
     for setting in sorted({1, threads}):  # TVM's pool is one per process: a setting at a time
         compiled = CompiledModel(staging, threads=setting)
@@ -84,12 +82,7 @@ def time_segments(staging, segments, threads: int, feeds: dict) -> list[SegmentC
     choices = []
     for runtime, segment in zip(compiled.segments, segments, strict=True):
         if segment.backend == delegate.TVM:
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            options.intra_op_num_threads = ORT_THREADS_IN_MIX
-            session = ort.InferenceSession(
-                segment.model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-            )
+            session = ort_session(segment.model.SerializeToString(), threads, spin_stop=True)
             inputs = {n: values[n] for n in segment.inputs}
             ort_ms = time_calls(lambda s=session, i=inputs: s.run(None, i), SEGMENT_TIMING)[
                 DECIDE_BY

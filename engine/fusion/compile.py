@@ -28,7 +28,8 @@ from engine.fusion.backend_choice import (
 )
 from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported
 from engine.fusion.importer import prepare, simplify
-from engine.fusion.measurement import measure
+from engine.fusion.kernel_split import Build, split_kernels
+from engine.fusion.measurement import measure, onnxruntime_alone
 from engine.fusion.preparation import (
     MAX_FALLBACK_ROUNDS,
     find_fallback,
@@ -51,6 +52,7 @@ from engine.fusion.whole_model_check import (
     keep_faster,
 )
 from engine.fusion.workloads import tuned_set_key
+from engine.graph.shapes import with_inferred_shapes
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ class CompileConfig:
     this CPU with ``threads``), see ``engine.fusion.substitution``.
     ``choose_backends`` (with ``measure``) moves every TVM segment onnxruntime runs faster
     to onnxruntime and ships onnxruntime alone when the mix is not faster (see
-    ``backend_choice``); without it, every segment TVM builds stays on TVM.
+    ``backend_choice``); without it, every segment TVM builds stays on TVM. With it,
+    ``split_kernels`` first moves single kernels onnxruntime runs faster, where that pays
+    for the boundaries (see ``kernel_split``).
     ``conv_layout`` ("auto", with ``measure`` and no tuned kernels) builds the convs in
     NCHW and in channel blocks and keeps the faster (see ``conv_layout``).
     """
@@ -92,6 +96,7 @@ class CompileConfig:
     timing_window_s: float = 2.0
     timing_rounds: int = 3
     choose_backends: bool = True
+    split_kernels: bool = True
     conv_layout: str = "auto"  # "auto": measured; "nchw" or "blocked" (conv_layout.LAYOUTS)
     substitute: bool = False
     substitution_bench: object = None
@@ -125,6 +130,7 @@ class CompileResult:
     threads: int
     substitution: dict = field(default_factory=lambda: {"enabled": False})
     conv_layout: dict = field(default_factory=lambda: {"chosen": NCHW, "checked": False})
+    kernel_split: dict = field(default_factory=lambda: {"tried": False})
 
     def to_dict(self) -> dict:
         ratio = None
@@ -156,6 +162,7 @@ class CompileResult:
             "timings_s": dict(self.timings_s),
             "substitution": dict(self.substitution),
             "conv_layout": dict(self.conv_layout),
+            "kernel_split": dict(self.kernel_split),
         }
 
 
@@ -185,7 +192,7 @@ def compile_model(
     apply_input_shapes(original, shapes, allow_empty=True)  # empty tensors compile too
     model, simplify_report = simplify(original)
     model = prepare(model, unique_node_names(model.graph.node))
-    model = onnx.shape_inference.infer_shapes(model)
+    model = with_inferred_shapes(model)
     clock.lap("simplify")
     report(0.05, f"simplified: {simplify_report['nodes_before']} -> {len(model.graph.node)} nodes")
     origin = simplified_origin(original, model)
@@ -273,8 +280,52 @@ def compile_model(
             )
             clock.lap("conv_layout")
 
+    split = {"tried": False}
+    if (
+        config.measure
+        and config.choose_backends
+        and config.split_kernels
+        and fused
+        and spec.kind == "llvm"
+    ):
+
+        def split_manifest(directory, new_segments, new_built, new_fallback) -> None:
+            artifact.write_manifest(
+                directory,
+                original,
+                model_sha256,
+                spec,
+                new_segments,
+                new_built,
+                inputs,
+                new_fallback,
+                origin,
+                tuning,
+                threads=artifact_threads,
+            )
+
+        manifest(staging, built)
+        current = Build(
+            segments,
+            fused,
+            built,
+            staging,
+            spec,
+            layout_choice["chosen"],
+            tuned,
+            config.build_timeout_s,
+        )
+        current, fallback, split = split_kernels(
+            current, model, fallback, example_inputs(inputs, config.seed), split_manifest, report
+        )
+        segments, fused, built = current.segments, current.fused, current.built
+        clock.lap("kernel_split")
+
     choices = []
-    if config.measure and config.choose_backends and fused:
+    # A model TVM runs whole is one segment: timing it against onnxruntime here would only
+    # repeat the whole-model check below (VGG-16: 13 s of a compile).
+    whole = len(segments) == 1 and segments[0].backend == delegate.TVM
+    if config.measure and config.choose_backends and fused and not whole:
         report(0.8, "timing each TVM segment against onnxruntime")
         manifest(staging, built)
         feeds = example_inputs(inputs, config.seed)
@@ -347,7 +398,7 @@ def compile_model(
             staging.mkdir(parents=True)
             manifest(staging, built)
             onnx.save(model, str(staging / "model.simplified.onnx"))
-            result = measure(original, staging, spec, config, fused, built, [], inputs)
+            result = onnxruntime_alone(original, staging, config, inputs, mix)
             result["timing"]["mix"] = mix
             clock.lap("onnxruntime_only")
         fastest = (result["timing"] or {}).get("compiled_threads")
@@ -391,6 +442,7 @@ def compile_model(
         threads=spec.threads,
         substitution=substitution,
         conv_layout=layout_choice,
+        kernel_split=split,
     )
 
 

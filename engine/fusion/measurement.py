@@ -15,31 +15,11 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
     timed fairly (:mod:`engine.fusion.fair_timing`: fresh processes, onnxruntime at its
     best thread setting, rounds alternating), peak memory of each, and each of ``kernels``
     given its time and share (in place)."""
-    import onnxruntime as ort
-
     feeds = example_inputs(inputs, config.seed)
     compiled = CompiledModel(staging, threads=spec.threads)
-    outputs = compiled.run(feeds)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = spec.threads
-    options.log_severity_level = 3
-    session = ort.InferenceSession(
-        original.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    names = [o.name for o in original.graph.output]
-    reference = dict(zip(names, session.run(names, feeds), strict=True))
-    errors, match = {}, True
-    for name, ref in reference.items():
-        got = outputs[name]
-        if got.shape != ref.shape:
-            errors[name], match = float("inf"), False
-            continue
-        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        errors[name] = float(diff.max()) if diff.size else 0.0
-        scale = float(np.abs(ref).max()) if ref.size else 0.0
-        match &= bool(errors[name] <= config.atol + config.rtol * scale)
+    errors, match = compare_outputs(original, compiled.run(feeds), feeds, spec.threads, config)
     _attach_kernel_times(compiled, fused, built, kernels, feeds, config.kernel_timing_runs)
-    del compiled, session  # their thread pools would share the cores with the timed processes
+    del compiled  # its thread pools would share the cores with the timed processes
     fair = time_fairly(
         staging,
         original,
@@ -77,3 +57,61 @@ def _attach_kernel_times(compiled, fused, built, kernels, feeds, runs: int) -> N
     total = sum(k.time_us or 0.0 for k in kernels)
     for k in kernels:
         k.share = (k.time_us / total) if (k.time_us and total) else None
+
+
+def compare_outputs(original, outputs: dict, feeds: dict, threads: int, config):
+    """Each output against onnxruntime's on the model as uploaded: ({name: max abs
+    error}, whether all are within ``config.atol + config.rtol * max |reference|``)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        original.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in original.graph.output]
+    reference = dict(zip(names, session.run(names, feeds), strict=True))
+    errors, match = {}, True
+    for name, ref in reference.items():
+        got = outputs[name]
+        if got.shape != ref.shape:
+            errors[name], match = float("inf"), False
+            continue
+        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+        errors[name] = float(diff.max()) if diff.size else 0.0
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        match &= bool(errors[name] <= config.atol + config.rtol * scale)
+    return errors, match
+
+
+def onnxruntime_alone(original, staging, config, inputs, timed: dict) -> dict:
+    """The result of an artifact that is onnxruntime alone on the model as uploaded, at the
+    thread setting onnxruntime was fastest on in ``timed`` (a whole-model timing that just
+    ran): that timing's onnxruntime figure is the artifact's, from the same processes and
+    rounds, so it is not timed again (VGG-16: 24 s of a compile). The artifact is run
+    once through its own runner and its outputs compared."""
+    threads = timed["onnxruntime_threads"]
+    feeds = example_inputs(inputs, config.seed)
+    outputs = CompiledModel(staging, threads=threads).run(feeds)
+    errors, match = compare_outputs(original, outputs, feeds, threads, config)
+    side = f"onnxruntime_{threads}"
+    timing = {
+        **timed,
+        "method": (
+            "the artifact is onnxruntime on the model as uploaded at its best thread setting:"
+            " its figures are onnxruntime's from the timing above (" + timed["method"] + ")"
+        ),
+        "latency_ms": timed["onnxruntime_latency_ms"],
+        "compiled_threads": threads,
+        "compiled_ms_by_threads": {str(threads): timed["onnxruntime_latency_ms"]},
+        "peak_memory": {**timed["peak_memory"], "compiled": dict(timed["peak_memory"][side])},
+        "runs_per_round": {**timed["runs_per_round"], "compiled": timed["runs_per_round"][side]},
+    }
+    return {
+        "latency_ms": timing["latency_ms"],
+        "onnxruntime_latency_ms": timed["onnxruntime_latency_ms"],
+        "outputs_match": match,
+        "max_abs_error": errors,
+        "timing": timing,
+    }

@@ -31,8 +31,9 @@ os.environ.setdefault(
 )
 
 MANIFEST = "manifest.json"
-ORT_THREADS_IN_MIX = 1
-"""onnxruntime's threads next to TVM segments (see ``CompiledModel``)."""
+ORT_SPIN_STOP = ("session.force_spinning_stop", "1")
+"""The onnxruntime session option that makes its pool threads block when a run returns
+instead of spinning on (see ``CompiledModel``)."""
 
 
 class CompiledModel:
@@ -42,11 +43,11 @@ class CompiledModel:
         self.directory = Path(directory)
         self.manifest = json.loads((self.directory / MANIFEST).read_text())
         self.threads = threads or int(self.manifest.get("threads", 0))
-        # Next to TVM segments, onnxruntime runs on one thread: TVM's pool keeps its
-        # workers spinning between launches, and a second onnxruntime thread fighting
-        # them for a core made a fallen-back LSTM 20x slower (12 ms instead of 0.6).
-        mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
-        self.ort_threads = ORT_THREADS_IN_MIX if mixed else self.threads
+        # Next to TVM segments, onnxruntime's pool threads must not spin on after a run:
+        # they would hold the cores TVM's next kernels need (a fallen-back LSTM ran 20x
+        # slower, 12 ms instead of 0.6). They block when the run returns, and onnxruntime
+        # keeps every thread: on one, AlexNet's convs in a mix took 30 ms instead of 14.
+        self.mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
         self.segments = [self._load(s) for s in self.manifest["segments"]]
 
     @property
@@ -71,7 +72,7 @@ class CompiledModel:
     def _load(self, spec: dict):
         if spec["backend"] == "tvm":
             return _TvmSegment(self.directory, spec, self.threads)
-        return _OrtSegment(self.directory, spec, self.ort_threads)
+        return _OrtSegment(self.directory, spec, self.threads, spin_stop=self.mixed)
 
 
 class _TvmSegment:
@@ -165,22 +166,28 @@ def to_numpy(value) -> np.ndarray:
 
 
 class _OrtSegment:
-    def __init__(self, directory: Path, spec: dict, threads: int):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        if threads > 0:
-            options.intra_op_num_threads = threads
+    def __init__(self, directory: Path, spec: dict, threads: int, spin_stop: bool = False):
         self.spec = spec
-        self.session = ort.InferenceSession(
-            str(directory / spec["model"]), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = ort_session(str(directory / spec["model"]), threads, spin_stop)
 
     def run(self, values: dict) -> dict:
         feeds = {n: values[n] for n in self.spec["inputs"]}
         outputs = self.session.run(self.spec["outputs"], feeds)
         return dict(zip(self.spec["outputs"], outputs, strict=True))
+
+
+def ort_session(model, threads: int, spin_stop: bool):
+    """An onnxruntime CPU session on ``threads`` (0: its default); with ``spin_stop`` its
+    pool threads block when a run returns, as they must next to TVM's kernels."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads > 0:
+        options.intra_op_num_threads = threads
+    if spin_stop:
+        options.add_session_config_entry(*ORT_SPIN_STOP)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def example_inputs(specs: list[dict], seed: int = 0) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from engine.fusion.backend_choice import SegmentChoice, moved_to_onnxruntime, sa
 from engine.fusion.fair_timing import FairTiming
 from engine.fusion.standalone import MANIFEST, CompiledModel
 
-CHOOSING = {**FAST, "choose_backends": True}
+CHOOSING = {**FAST, "choose_backends": True, "split_kernels": False}  # kernels: their own test
 
 
 def timed(monkeypatch, *segments: tuple[float, float]) -> None:
@@ -54,14 +54,18 @@ def whole_model_timed(monkeypatch, mix_ms: float, onnxruntime_ms: float) -> None
 def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why(
     save, tmp_path, monkeypatch
 ):
-    timed(monkeypatch, (10.0, 1.0))  # everything moves
-    result = compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING))
+    timed(monkeypatch, (10.0, 10.0), (1.0, 1.0))  # two TVM segments around Celu: both move
+    model = save(conv_relu_conv("Celu"))
+    result = compile_model(model, CompileConfig(str(tmp_path / "c"), **CHOOSING))
     data = result.to_dict()
     assert data["backend"] == "onnxruntime" and data["tvm_nodes"] == 0
-    (choice,) = data["backend_choice"]
-    assert (choice["tvm_ms"], choice["onnxruntime_ms"], choice["backend"]) == (10, 1, "onnxruntime")
-    assert "onnxruntime measured faster" in choice["reason"]
-    assert all("onnxruntime measured faster" in f["reason"] for f in data["fallback_nodes"])
+    assert len(data["backend_choice"]) == 2
+    for choice in data["backend_choice"]:
+        assert (choice["tvm_ms"], choice["onnxruntime_ms"]) == (10, 1)
+        assert choice["backend"] == "onnxruntime"
+        assert "onnxruntime measured faster" in choice["reason"]
+    reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
+    assert all("onnxruntime measured faster" in reasons[n] for n in ("conv1", "conv2", "relu2"))
     # The artifact is onnxruntime alone, on its best thread setting, and gives the outputs.
     manifest = json.loads((tmp_path / "c" / "artifact" / "manifest.json").read_text())
     assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
@@ -79,23 +83,43 @@ def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why
 
 
 def test_a_segment_tvm_runs_faster_stays(save, tmp_path, monkeypatch):
-    timed(monkeypatch, (1.0, 10.0))
+    timed(monkeypatch, (1.0, 1.0), (10.0, 10.0))
     data = compile_model(
-        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+        save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "c"), **CHOOSING)
     ).to_dict()
-    (choice,) = data["backend_choice"]
-    assert choice["backend"] == "tvm" and "TVM measured faster" in choice["reason"]
+    assert len(data["backend_choice"]) == 2
+    for choice in data["backend_choice"]:
+        assert choice["backend"] == "tvm" and "TVM measured faster" in choice["reason"]
     # The whole-model check then decided, on its own measurement, and said which it kept.
     if data["backend"] == "onnxruntime":
         mix = data["timing"]["mix"]
         assert mix["latency_ms"] >= mix["onnxruntime_latency_ms"] * 0.95
-        assert (
-            "was not faster than onnxruntime alone on the model as uploaded"
-            in (data["fallback_nodes"][0]["reason"])
-        )
+        reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
+        assert "was not faster than onnxruntime alone on the model as uploaded" in reasons["conv1"]
     else:
-        assert data["backend"] == "tvm" and data["kernels"]
+        assert data["backend"] == "mixed" and data["kernels"]
         assert data["latency_ms"] < data["onnxruntime_latency_ms"]
+
+
+def test_a_model_tvm_runs_whole_is_left_to_the_whole_model_check(save, tmp_path, monkeypatch):
+    """One TVM segment is the whole model: timing it against onnxruntime would repeat the
+    whole-model check, which decides alone."""
+
+    def no_segment_timing(run, config):
+        raise AssertionError("a whole-model segment was timed on its own")
+
+    monkeypatch.setattr("engine.fusion.backend_choice.time_calls", no_segment_timing)
+    whole_model_timed(monkeypatch, mix_ms=1.0, onnxruntime_ms=2.0)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert data["backend_choice"] == [] and data["backend"] == "tvm"
+    whole_model_timed(monkeypatch, mix_ms=2.0, onnxruntime_ms=1.0)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "d"), **CHOOSING)
+    ).to_dict()
+    assert data["backend"] == "onnxruntime"
+    assert "was not faster than onnxruntime alone" in data["fallback_nodes"][0]["reason"]
 
 
 def test_only_the_segment_onnxruntime_runs_faster_moves_and_its_reason_has_both_times(
@@ -114,8 +138,8 @@ def test_only_the_segment_onnxruntime_runs_faster_moves_and_its_reason_has_both_
     reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
     assert reasons["conv1"] == (
         "onnxruntime measured faster on this segment: TVM 10.000 ms (its faster thread "
-        "setting), onnxruntime 1.000 ms (1 thread, as inside a mix), fastest runs on this "
-        "worker"
+        "setting), onnxruntime 1.000 ms (the artifact's threads, as inside a mix), fastest "
+        "runs on this worker"
     )
     assert set(reasons) == {"conv1", "mid"} and "no converter for Celu" in reasons["mid"]
     # conv1 joined its onnxruntime neighbour; the artifact runs both backends.
@@ -218,10 +242,11 @@ def test_a_build_ships_on_its_fastest_thread_setting(save, tmp_path, monkeypatch
         )
 
     monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
-    timed(monkeypatch, (1.0, 1.5, 10.0))  # TVM on 1 and 2 threads, then onnxruntime: stays
+    # two TVM segments on 1 thread, on 2, then each in onnxruntime: both stay
+    timed(monkeypatch, (1.0, 1.0), (1.5, 1.5), (10.0, 10.0))
     config = CompileConfig(str(tmp_path / "c"), **{**CHOOSING, "threads": 2})
-    data = compile_model(save(conv_relu_conv()), config).to_dict()
-    assert data["backend"] == "tvm"
+    data = compile_model(save(conv_relu_conv("Celu")), config).to_dict()
+    assert data["backend"] == "mixed"
     assert data["backend_choice"][0]["tvm_ms"] == 1.0  # the faster of its two settings
     assert data["timing"]["compiled_threads"] == 1
     assert data["timing"]["compiled_ms_by_threads"] == {"1": 1.0, "2": 1.5}

@@ -23,6 +23,7 @@ from engine.fusion.rules.graph_edits import (
     opset_version,
     replace_nodes,
 )
+from engine.graph.shapes import infer_value_shapes
 
 LAYER_NORM_OPSET = 17
 
@@ -181,7 +182,7 @@ def _float_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 
 def _types_and_dims(model: onnx.ModelProto) -> tuple[dict[str, int], dict[str, tuple]]:
     """Element type and dims (None where not static) of every value shape inference knows."""
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = infer_value_shapes(model)
     values = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
     types = {v.name: v.type.tensor_type.elem_type for v in values}
     dims = {

@@ -15,6 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from engine.fusion.rules.graph_edits import Rewrite, clone_node, copy_model, replace_nodes
+from engine.graph.shapes import infer_value_shapes
 
 _SINKABLE = frozenset(
     {
@@ -154,7 +155,7 @@ def _sinkable_chain(model, view: str, shapes: dict, weights: dict, claimed: set)
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...] | None]:
     """Static shapes of every value shape inference knows (None when not static)."""
-    inferred = onnx.shape_inference.infer_shapes(model)
+    inferred = infer_value_shapes(model)
     shapes = {}
     for value in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         dims = value.type.tensor_type.shape.dim

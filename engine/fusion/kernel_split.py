@@ -1,0 +1,362 @@
+"""Kernels onnxruntime runs faster move there, where the saving pays for the boundaries.
+
+The segment-level choice (``backend_choice``) only moves whole segments, and a model TVM
+imports whole is one segment: it runs all in TVM or all in onnxruntime. Inside it, some
+kernels can be far faster in one backend than the other (TVM's fused attention against
+onnxruntime's; onnxruntime's MLAS convs against TVM's untuned ones). So each TVM kernel is
+priced both ways on this worker, at the artifact's threads:
+
+- TVM: the kernel's own time, from the VM's instrument around every kernel launch;
+- onnxruntime: the time of the ONNX nodes the kernel runs, from onnxruntime's profiler on
+  the same segment (:func:`engine.profiling.nodes.profile_nodes`), a fused node's share
+  included. A kernel with a node onnxruntime's profile could not map is not priced: it
+  stays on TVM.
+
+A dynamic program over the kernels in launch order then picks each kernel's backend so
+that the kernels' times plus the cost of every switch between the backends is least. A
+switch costs a runtime call (``SWITCH_US``) plus the tensor crossing it read once at
+``SWITCH_GBPS`` (onnxruntime reorders a conv's input into its own blocked layout and
+back). Only a plan predicted to save at least ``MIN_GAIN`` of the segment's time is built;
+the compile then times the new build against the one it had, in one process, rounds
+alternating, and keeps the faster (``keep_split``): the prediction chooses what to try, a
+measurement what ships.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
+from pathlib import Path
+
+from engine.fusion.timing import TimingConfig, kernel_times_us, time_calls
+
+SWITCH_US = 30.0
+"""A switch of backend inside a segment: one more onnxruntime ``run`` and TVM VM call, on
+this kind of machine (the mixed LSTM's 4 switches cost about 0.1 ms)."""
+SWITCH_GBPS = 2.0
+"""The tensor at a switch, at this rate: onnxruntime reorders a conv's input into its
+own channel blocks and back, and a blocked TVM build does the same into its own, so the
+tensor is read and written about four times."""
+MIN_GAIN = 0.15
+"""A plan must save this share of the segment's TVM time to be built and measured: the
+prediction prices each side alone and misses what a cut loses (a fusion across it, the
+layouts on both sides); at 5% it chose splits that measured 9-10% slower (ResNet-50,
+VGG-16)."""
+MAX_WEIGHT_BYTES = 256 << 20
+"""Above this much weight, the split is not tried: onnxruntime's profile and a second
+build of such a model (VGG-16) cost half a minute of a compile."""
+KEEP_MARGIN = 0.03
+"""The split build ships if it measured this much faster than the build it replaces."""
+COMPARE = TimingConfig(min_runs=5, max_runs=500, window_s=0.25)
+COMPARE_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Build:
+    """A compile's TVM build as the split needs it."""
+
+    segments: list
+    fused: dict
+    built: dict
+    staging: Path
+    spec: object
+    layout: str
+    tuned: object
+    timeout_s: float
+
+    def replace(self, segments, fused, built) -> Build:
+        return replace(self, segments=segments, fused=fused, built=built)
+
+
+@dataclass(frozen=True)
+class KernelPrice:
+    """One TVM kernel priced both ways; ``onnxruntime_us`` None: not priced (stays)."""
+
+    segment: int
+    func: str
+    nodes: tuple[str, ...]
+    tvm_us: float | None
+    onnxruntime_us: float | None
+    switch_us: float
+    backend: str = "tvm"
+
+    def to_dict(self) -> dict:
+        row = asdict(self)
+        row["nodes"] = list(self.nodes)
+        return row
+
+
+@dataclass
+class SplitPlan:
+    """The kernels of every TVM segment with the backend the program chose for each."""
+
+    prices: list[KernelPrice]
+    tvm_us: float  # the timed kernels of the segments, all on TVM
+    planned_us: float  # the same with the plan's choices and switches
+    threads: int
+
+    @property
+    def moved(self) -> list[KernelPrice]:
+        return [p for p in self.prices if p.backend == "onnxruntime"]
+
+    @property
+    def worth_building(self) -> bool:
+        return bool(self.moved) and self.planned_us < self.tvm_us * (1 - MIN_GAIN)
+
+    def reasons(self) -> dict[str, str]:
+        """Node -> why it moves, for every node of a moved kernel."""
+        return {
+            node: (
+                f"onnxruntime is faster on this node's TVM kernel {p.func}: TVM {p.tvm_us:.1f} us,"
+                f" onnxruntime {p.onnxruntime_us:.1f} us for its nodes ({self.threads} "
+                f"thread(s), this worker's per-kernel and per-node profiles)"
+            )
+            for p in self.moved
+            for node in p.nodes
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "method": (
+                "TVM kernels timed with the VM's instrument, onnxruntime's nodes with its "
+                f"profiler, both on this worker at {self.threads} thread(s); a dynamic "
+                f"program with {SWITCH_US:.0f} us plus the crossing tensor at "
+                f"{SWITCH_GBPS:.0f} GB/s per switch"
+            ),
+            "predicted": True,
+            "tvm_us": round(self.tvm_us, 1),
+            "planned_us": round(self.planned_us, 1),
+            "kernels": [p.to_dict() for p in self.prices],
+            "moved": [p.to_dict() for p in self.moved],
+        }
+
+
+def plan_split(calls_by_segment: dict, tvm_times: dict, ort_us: dict, threads: int) -> SplitPlan:
+    """``calls_by_segment``: segment index -> its ``KernelCall`` list in launch order;
+    ``tvm_times``: segment index -> ``{(func, occurrence): us}``; ``ort_us``: ONNX node ->
+    onnxruntime time in us (None where its profile could not tell)."""
+    prices, total, planned = [], 0.0, 0.0
+    for index, calls in calls_by_segment.items():
+        times = tvm_times.get(index, {})
+        seen: dict[str, int] = {}
+        rows = []
+        for call in calls:
+            occurrence = seen.get(call.func, 0)
+            seen[call.func] = occurrence + 1
+            tvm = times.get((call.func, occurrence))
+            node_times = [ort_us.get(n) for n in call.nodes]
+            ort = (
+                math.fsum(node_times)
+                if call.nodes and all(t is not None for t in node_times)
+                else None
+            )
+            switch = SWITCH_US + call.bytes_out / (SWITCH_GBPS * 1e3)
+            rows.append(KernelPrice(index, call.func, tuple(call.nodes), tvm, ort, switch))
+        chosen = _program(rows)
+        prices += chosen
+        total += math.fsum(r.tvm_us for r in rows if r.tvm_us is not None)
+        planned += _cost(chosen)
+    return SplitPlan(prices, total, planned, threads)
+
+
+def _cost_on(row: KernelPrice, backend: str) -> float:
+    if row.tvm_us is None:  # no kernel launched (a view): free on either side
+        return 0.0
+    if backend == "tvm":
+        return row.tvm_us
+    return math.inf if row.onnxruntime_us is None else row.onnxruntime_us
+
+
+def _program(rows: list[KernelPrice]) -> list[KernelPrice]:
+    """Each row's backend, least total time with switches; the segment starts and ends
+    on TVM (its neighbours' boundaries are already paid for)."""
+    backends = ("tvm", "onnxruntime")
+    if not rows:
+        return []
+    best = {
+        b: (_cost_on(rows[0], b) + (0 if b == "tvm" else rows[0].switch_us), [b]) for b in backends
+    }
+    for prev, row in pairwise(rows):
+        step = {}
+        for b in backends:
+            options = [
+                (cost + (0.0 if a == b else prev.switch_us) + _cost_on(row, b), path)
+                for a, (cost, path) in best.items()
+            ]
+            cost, path = min(options, key=lambda o: o[0])
+            step[b] = (cost, [*path, b])
+        best = step
+    ends = [
+        (cost + (0.0 if b == "tvm" else rows[-1].switch_us), path)
+        for b, (cost, path) in best.items()
+    ]
+    _, path = min(ends, key=lambda o: o[0])
+    return [_with(row, b) for row, b in zip(rows, path, strict=True)]
+
+
+def _with(row: KernelPrice, backend: str) -> KernelPrice:
+    return KernelPrice(
+        row.segment, row.func, row.nodes, row.tvm_us, row.onnxruntime_us, row.switch_us, backend
+    )
+
+
+def _cost(rows: list[KernelPrice]) -> float:
+    cost = math.fsum(_cost_on(r, r.backend) for r in rows)
+    for a, b in pairwise(rows):
+        cost += a.switch_us if a.backend != b.backend else 0.0
+    if rows and rows[0].backend != "tvm":
+        cost += rows[0].switch_us
+    if rows and rows[-1].backend != "tvm":
+        cost += rows[-1].switch_us
+    return cost
+
+
+def tvm_kernel_times(staging, fused, built, threads: int, feeds: dict, runs: int = 5) -> dict:
+    """Segment index -> ``{(func, occurrence): us}`` of the build in ``staging``."""
+    from engine.fusion.standalone import CompiledModel
+
+    compiled = CompiledModel(staging, threads=threads)
+    vms = [s.vm for s in compiled.segments if hasattr(s, "vm")]
+    return {
+        index: kernel_times_us(vm, lambda: compiled.run(feeds), built[index].kernel_names, runs)
+        for vm, index in zip(vms, fused, strict=True)
+    }
+
+
+def onnxruntime_node_times(
+    model, threads: int, feeds: dict, window_s: float = 0.5
+) -> dict[str, float | None]:
+    """ONNX node -> onnxruntime's time for it in us at ``threads``, from its profiler; None
+    for a node the profile does not show (its kernel then stays on TVM).
+
+    The profile runs at optimization level ``basic``: no fusion there, so each node keeps
+    its own kernel and name (at ``extended`` and ``all`` onnxruntime fuses and renames).
+    Its fusions and layouts make the default session faster, and the profiler costs time
+    of its own (ViT's nodes added up to 3.5 ms where a plain run took 1.7 ms, ResNet-50's
+    to 61 ms where a default session took 42): the times are scaled to add up to a plain
+    default session's median on ``feeds``, timed right after."""
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    from engine.fusion.standalone import ort_session
+
+    data = model.SerializeToString()
+    wanted = {i.name for i in model.graph.input}
+    inputs = {name: value for name, value in feeds.items() if name in wanted}
+    with tempfile.TemporaryDirectory(prefix="workbench-split-") as tmp:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = threads
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        time_calls(lambda: session.run(None, inputs), TimingConfig(5, 200, window_s))
+        events = json.loads(Path(session.end_profiling()).read_text())
+    samples: dict[str, list[float]] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith(_KERNEL_EVENT):
+            samples.setdefault(name[: -len(_KERNEL_EVENT)], []).append(float(event["dur"]))
+    times = {
+        n.name: statistics.median(samples[n.name]) if n.name in samples else None
+        for n in model.graph.node
+    }
+    profiled_us = math.fsum(t for t in times.values() if t)
+    if not profiled_us:
+        return times
+    plain = ort_session(data, threads, spin_stop=False)
+    plain_ms = time_calls(lambda: plain.run(None, inputs), TimingConfig(5, 200, window_s))
+    # where a node is not shown, the plain run's time holds it too: the scale errs high
+    scale = min(1.0, plain_ms["median"] * 1e3 / profiled_us)
+    return {name: None if t is None else t * scale for name, t in times.items()}
+
+
+_KERNEL_EVENT = "_kernel_time"
+
+
+def faster_of(first, second, feeds: dict, threads: int) -> tuple[float, float]:
+    """Median ms of two artifact directories, in this process, rounds alternating."""
+    from engine.fusion.standalone import CompiledModel
+
+    models = [CompiledModel(first, threads=threads), CompiledModel(second, threads=threads)]
+    best = [math.inf, math.inf]
+    for _ in range(COMPARE_ROUNDS):
+        for k, model in enumerate(models):
+            ms = time_calls(lambda m=model: m.run(feeds), COMPARE)["median"]
+            best[k] = min(best[k], ms)
+    return best[0], best[1]
+
+
+def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):
+    """Try the plan on the build in ``build.staging``; returns what to ship and the
+    report. ``build`` holds ``segments``, ``fused``, ``built``, ``staging``, ``spec``,
+    ``layout``, ``tuned`` and ``timeout_s`` (see ``engine.fusion.compile``);
+    ``write_manifest(directory, segments, built, fallback)`` writes a build's manifest."""
+    import shutil
+
+    from engine.fusion import delegate
+    from engine.fusion.conv_layout import NCHW, LayoutUnsupported
+    from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
+
+    threads = build.spec.threads
+    weights = sum(t.ByteSize() for t in model.graph.initializer)
+    if weights > MAX_WEIGHT_BYTES:
+        reason = (
+            f"not tried: {weights / 2**20:.0f} MB of weights (over {MAX_WEIGHT_BYTES >> 20} MB)"
+        )
+        return build, fallback, {"tried": False, "reason": reason}
+    report(0.8, "timing every TVM kernel")
+    tvm_times = tvm_kernel_times(build.staging, build.fused, build.built, threads, feeds)
+    report(0.81, "profiling the same nodes in onnxruntime")
+    ort_us = onnxruntime_node_times(model, threads, feeds)
+    plan = plan_split({i: s.calls for i, s in build.fused.items()}, tvm_times, ort_us, threads)
+    result = plan.to_dict() | {"tried": True, "built": False, "kept": False}
+    if not plan.worth_building:
+        result["reason"] = (
+            "no kernel moves"
+            if not plan.moved
+            else f"the plan saves less than {MIN_GAIN:.0%} of the TVM kernels' time"
+        )
+        return build, fallback, result
+    moved = dict(fallback) | plan.reasons()
+    node_order = [n.name for n in model.graph.node]
+    segments = delegate.partition(model, set(moved))
+    directory = build.staging.parent / "split"
+    report(0.82, f"building the split: {len(plan.moved)} kernel(s) to onnxruntime")
+    try:
+        try:
+            fused = fuse_all(segments, build.spec, node_order, build.layout)
+        except LayoutUnsupported:
+            fused = fuse_all(segments, build.spec, node_order, NCHW)
+        built = build_all(fused, build.spec, directory, build.tuned, build.timeout_s, report)
+    except SegmentFailed as e:
+        result["reason"] = f"the split did not build: {e.reason}"
+        shutil.rmtree(directory, ignore_errors=True)
+        return build, fallback, result
+    result["built"] = True
+    write_manifest(directory, segments, built, moved)
+    before, after = faster_of(build.staging, directory, feeds, threads)
+    result["measured_ms"] = {
+        "before": round(before, 4),
+        "after": round(after, 4),
+        "method": (
+            f"median of {COMPARE_ROUNDS} alternating rounds in one process, {threads} thread(s)"
+        ),
+    }
+    if after >= before * (1 - KEEP_MARGIN):
+        result["reason"] = (
+            f"the split measured {after:.3f} ms against {before:.3f} ms: not "
+            f"{KEEP_MARGIN:.0%} faster, the build stays as it was"
+        )
+        shutil.rmtree(directory, ignore_errors=True)
+        return build, fallback, result
+    result["kept"] = True
+    result["reason"] = f"the split measured {after:.3f} ms against {before:.3f} ms"
+    shutil.rmtree(build.staging)
+    directory.rename(build.staging)
+    return build.replace(segments, fused, built), moved, result

@@ -1,0 +1,231 @@
+"""The kernel-level backend choice: its dynamic program, and a real split build."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.fusion.kernel_split import MIN_GAIN, SWITCH_US, plan_split
+from engine.fusion.lowering import KernelCall
+
+
+def _call(index: int, func: str, nodes: list[str], bytes_out: int = 0) -> KernelCall:
+    return KernelCall(index, func, [func], 0, f"lv{index}", [], nodes=nodes, bytes_out=bytes_out)
+
+
+def _plan(times: list[tuple[float | None, float | None]], bytes_out: int = 0):
+    calls = [_call(k, f"k{k}", [f"n{k}"], bytes_out) for k in range(len(times))]
+    tvm = {(f"k{k}", 0): t for k, (t, _) in enumerate(times) if t is not None}
+    ort = {f"n{k}": o for k, (_, o) in enumerate(times)}
+    return plan_split({0: calls}, {0: tvm}, ort, threads=2)
+
+
+def test_a_run_of_kernels_onnxruntime_runs_far_faster_moves_there():
+    plan = _plan([(100, 500), (900, 200), (800, 100), (100, 500)])
+    assert [p.backend for p in plan.prices] == ["tvm", "onnxruntime", "onnxruntime", "tvm"]
+    assert plan.tvm_us == pytest.approx(1900)
+    assert plan.planned_us == pytest.approx(100 + 200 + 100 + 100 + 2 * SWITCH_US)
+    assert plan.worth_building
+    reasons = plan.reasons()
+    assert set(reasons) == {"n1", "n2"}
+    assert "TVM 900.0 us" in reasons["n1"] and "onnxruntime 200.0 us" in reasons["n1"]
+
+
+def test_savings_smaller_than_the_switches_they_need_keep_the_kernels_on_tvm():
+    # each middle kernel saves 20 us, and every way out of TVM and back costs 2 switches
+    plan = _plan([(100, 100), (40, 20), (100, 100), (40, 20), (100, 100)])
+    assert all(p.backend == "tvm" for p in plan.prices)
+    assert not plan.worth_building
+
+
+def test_the_tensor_crossing_a_switch_is_priced():
+    # 1 ms saved, but the 16 MB tensor into and out of onnxruntime costs more at 5 GB/s
+    plan = _plan([(100, 100), (2000, 1000), (100, 100)], bytes_out=16 << 20)
+    assert plan.prices[1].switch_us > 3000
+    assert all(p.backend == "tvm" for p in plan.prices)
+
+
+def test_a_kernel_onnxruntime_could_not_price_stays_on_tvm():
+    plan = _plan([(900, 100), (900, None), (900, 100)])
+    assert plan.prices[1].backend == "tvm"
+    assert plan.prices[1].onnxruntime_us is None
+    assert [p.backend for p in plan.prices] == ["onnxruntime", "tvm", "onnxruntime"]
+
+
+def test_a_call_that_launches_no_kernel_follows_its_neighbours():
+    # k1 is a view: no TVM time of its own, so it is not counted as zero against either side
+    plan = _plan([(900, 100), (None, 50), (900, 100)])
+    assert [p.backend for p in plan.prices] == ["onnxruntime"] * 3
+    assert plan.tvm_us == pytest.approx(1800)
+
+
+def test_a_plan_saving_less_than_the_threshold_is_not_built():
+    total = 10_000.0
+    saving = total * MIN_GAIN / 2
+    plan = _plan([(total - 1000, total - 1000), (1000, 1000 - saving - 2 * SWITCH_US)])
+    assert plan.moved and not plan.worth_building
+
+
+def test_kernels_of_every_segment_are_planned_with_their_own_times():
+    calls = {3: [_call(0, "f", ["a"]), _call(1, "f", ["b"])], 5: [_call(0, "f", ["c"])]}
+    tvm = {3: {("f", 0): 1000.0, ("f", 1): 10.0}, 5: {("f", 0): 1000.0}}
+    ort = {"a": 10.0, "b": 1000.0, "c": 980.0}  # c: 20 us saved, 60 in switches
+    plan = plan_split(calls, tvm, ort, threads=1)
+    assert [(p.segment, p.nodes, p.backend) for p in plan.prices] == [
+        (3, ("a",), "onnxruntime"),
+        (3, ("b",), "tvm"),
+        (5, ("c",), "tvm"),
+    ]
+    row = plan.to_dict()
+    assert row["predicted"] is True and len(row["kernels"]) == 3
+
+
+CHOOSING_KERNELS = {
+    "threads": 1,
+    "timing_window_s": 0.1,
+    "timing_rounds": 1,
+    "kernel_timing_runs": 1,
+    "choose_backends": True,
+    "split_kernels": True,
+    "conv_layout": "nchw",
+}
+
+
+def _priced(monkeypatch, onnxruntime_faster: set[str], measured: tuple[float, float]):
+    """Every TVM kernel takes 1 ms; onnxruntime takes 1 us on the nodes named, 10 ms on
+    the others; the comparison of the builds gives ``measured`` (before, after). The
+    builds, the artifact and its runs are real."""
+    import engine.fusion.kernel_split as split
+
+    def tvm_times(staging, fused, built, threads, feeds, runs=5):
+        times = {}
+        for index, seg in fused.items():
+            seen = {}
+            for call in seg.calls:
+                times.setdefault(index, {})[(call.func, seen.get(call.func, 0))] = 1000.0
+                seen[call.func] = seen.get(call.func, 0) + 1
+        return times
+
+    def ort_times(model, threads, feeds, window_s=0.5):
+        return {n.name: 1.0 if n.name in onnxruntime_faster else 10_000.0 for n in model.graph.node}
+
+    monkeypatch.setattr(split, "tvm_kernel_times", tvm_times)
+    monkeypatch.setattr(split, "onnxruntime_node_times", ort_times)
+    monkeypatch.setattr(split, "faster_of", lambda *args: measured)
+
+
+def _whole_model_wins(monkeypatch):
+    """Every segment left on TVM stays there, and the mix beats onnxruntime alone."""
+    from test_fusion_backend_choice import timed, whole_model_timed
+
+    timed(monkeypatch, *[(1.0, 10.0)] * 4)
+    whole_model_timed(monkeypatch, mix_ms=1.0, onnxruntime_ms=2.0)
+
+
+def test_a_kernel_onnxruntime_runs_faster_moves_there_when_the_split_measures_faster(
+    save, tmp_path, monkeypatch
+):
+    import numpy as np
+    import onnxruntime as ort
+    from test_fusion_compile import conv_relu_conv
+
+    from engine.fusion import CompileConfig, compile_model
+    from engine.fusion.standalone import CompiledModel
+
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(2.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    path = save(conv_relu_conv())
+    data = compile_model(path, CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)).to_dict()
+    split = data["kernel_split"]
+    assert split["tried"] and split["built"] and split["kept"]
+    assert split["measured_ms"] == {
+        "before": 2.0,
+        "after": 1.0,
+        "method": "median of 3 alternating rounds in one process, 1 thread(s)",
+    }
+    moved = [k for k in split["kernels"] if k["backend"] == "onnxruntime"]
+    assert [tuple(k["nodes"]) for k in moved] == [("conv2", "relu2")]
+    assert data["backend"] == "mixed"
+    assert [(s["backend"], s["nodes"]) for s in data["segments"]] == [
+        ("tvm", 2),
+        ("onnxruntime", 2),
+    ]
+    reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
+    assert set(reasons) == {"conv2", "relu2"}
+    assert "onnxruntime 2.0 us for its nodes" in reasons["conv2"]  # conv2 and relu2
+    assert "TVM 1000.0 us" in reasons["conv2"]
+    # the shipped artifact is the split, and it computes what onnxruntime computes
+    compiled = CompiledModel(tmp_path / "c" / "artifact")
+    feeds = compiled.example_inputs()
+    got = compiled.run(feeds)["y"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not (tmp_path / "c" / "split").exists()
+
+
+def test_a_split_that_measures_no_faster_is_dropped_and_the_build_stays(
+    save, tmp_path, monkeypatch
+):
+    from test_fusion_compile import conv_relu_conv
+
+    from engine.fusion import CompileConfig, compile_model
+
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(1.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)
+    ).to_dict()
+    split = data["kernel_split"]
+    assert split["built"] and not split["kept"]
+    assert "not 3% faster" in split["reason"]
+    assert data["backend"] == "tvm" and data["fallback_nodes"] == []
+    assert not (tmp_path / "c" / "split").exists()
+
+
+def test_no_split_is_built_when_no_kernel_would_move(save, tmp_path, monkeypatch):
+    from test_fusion_compile import conv_relu_conv
+
+    from engine.fusion import CompileConfig, compile_model
+
+    _priced(monkeypatch, set(), measured=(1.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)
+    ).to_dict()
+    split = data["kernel_split"]
+    assert split["tried"] and not split["built"] and split["reason"] == "no kernel moves"
+    assert data["backend"] == "tvm"
+
+
+def test_shape_inference_without_the_weights_infers_what_onnx_infers():
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from engine.graph.shapes import LIGHT_TENSOR_BYTES, infer_value_shapes, with_inferred_shapes
+
+    big = np.ones((256, 128), np.float32)  # 128 KB: sits out
+    assert big.nbytes > LIGHT_TENSOR_BYTES
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Reshape", ["m", "shape"], ["r"], name="reshape"),
+        helper.make_node("Relu", ["r"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 256])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializer=[
+            numpy_helper.from_array(big, "w"),
+            numpy_helper.from_array(np.array([4, 64], np.int64), "shape"),  # values matter
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    full = onnx.shape_inference.infer_shapes(model)
+    light = infer_value_shapes(model)
+    assert {v.name: v for v in light.graph.value_info} == {v.name: v for v in full.graph.value_info}
+    assert all(t.name != "w" for t in light.graph.initializer)  # never copied
+    same = with_inferred_shapes(model)
+    assert same is model and len(model.graph.initializer) == 2
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [4, 64]
