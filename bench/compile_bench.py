@@ -99,6 +99,10 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str, c
         "speed_vs_onnxruntime_best": round(_headline_speed(data), 3),
         "measured_speed_vs_onnxruntime": round(data["speed_vs_onnxruntime"], 3),
         "conv_layout": data["conv_layout"],
+        "kernel_split": {
+            k: v for k, v in data["kernel_split"].items() if k not in ("kernels", "moved")
+        }
+        | {"moved": len(data["kernel_split"].get("moved", []))},
         "peak_memory": data["peak_memory"],
         "outputs_match": data["outputs_match"],
         "tuning": {

@@ -22,7 +22,7 @@ import select
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +109,9 @@ class FairTiming:
     compiled_ms_by_threads: dict[int, float] | None = None
     """The artifact at each thread setting timed (``latency_ms`` is the fastest); None:
     timed only at the threads its manifest names."""
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Sides (``onnxruntime_1``, ``compiled_1``...) no longer timed after a round showed
+    them far slower than another thread setting of theirs, and why."""
 
     @property
     def compiled_threads(self) -> int | None:
@@ -146,6 +149,7 @@ class FairTiming:
             "rounds": self.rounds,
             "runs_per_round": dict(self.runs_per_round),
             "peak_memory": {k: dict(v) for k, v in self.peak_memory.items()},
+            "settings_dropped": dict(self.dropped),
         }
 
 
@@ -182,6 +186,7 @@ def time_fairly(
         for t in settings:
             sides[f"onnxruntime_{t}"] = _Side("ort", model_path, t, feeds_path, min_runs)
         results: dict[str, list[dict]] = {name: [] for name in sides}
+        dropped: dict[str, str] = {}
         try:
             for side in sides.values():
                 side.wait_ready(timeout_s)
@@ -191,7 +196,9 @@ def time_fairly(
                         r / rounds, f"timing round {r + 1} of {rounds}, each in its own process"
                     )
                 for name, side in sides.items():
-                    results[name].append(side.round(window_s, timeout_s))
+                    if name not in dropped:
+                        results[name].append(side.round(window_s, timeout_s))
+                dropped.update(_outrun(results, dropped, r + 1))
         finally:
             for side in sides.values():
                 side.close()
@@ -223,7 +230,33 @@ def time_fairly(
             **{name: _memory(v) for name, v in results.items()},
         },
         compiled_ms_by_threads=by_threads,
+        dropped=dropped,
     )
+
+
+def _outrun(results: dict[str, list[dict]], dropped: dict, done: int) -> dict[str, str]:
+    """The thread settings of a side that every round so far shows slower, by
+    ``DECISIVE``, than another setting of the same side: they are not timed again (the
+    fastest setting of each side is what counts; VGG-19 on one thread is a second a run)."""
+    from engine.fusion.whole_model_check import DECISIVE, decided
+
+    out = {}
+    for kind in ("compiled_", "onnxruntime_"):
+        live = {
+            n: [x["median_ms"] for x in v]
+            for n, v in results.items()
+            if n.startswith(kind) and n not in dropped and v
+        }
+        if len(live) < 2:
+            continue
+        best = min(live, key=lambda n: min(live[n]))
+        for name, medians in live.items():
+            if name != best and decided(medians, live[best]):
+                out[name] = (
+                    f"after {done} round(s): {min(medians):.3f} ms against {best}'s "
+                    f"{max(live[best]):.3f} ms (more than {DECISIVE}x in every round)"
+                )
+    return out
 
 
 def _memory(results: list[dict]) -> dict[str, int]:

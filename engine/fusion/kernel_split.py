@@ -2,24 +2,24 @@
 
 The segment-level choice (``backend_choice``) only moves whole segments, and a model TVM
 imports whole is one segment: it runs all in TVM or all in onnxruntime. Inside it, some
-kernels can be far faster in one backend than the other (TVM's fused attention against
-onnxruntime's; onnxruntime's MLAS convs against TVM's untuned ones). So each TVM kernel is
+kernels can be far faster in one backend than the other (onnxruntime's MLAS convs against
+TVM's untuned ones; a weight-bound product TVM reads in panels). So each TVM kernel is
 priced both ways on this worker, at the artifact's threads:
 
 - TVM: the kernel's own time, from the VM's instrument around every kernel launch;
 - onnxruntime: the time of the ONNX nodes the kernel runs, from onnxruntime's profiler on
-  the same segment (:func:`engine.profiling.nodes.profile_nodes`), a fused node's share
-  included. A kernel with a node onnxruntime's profile could not map is not priced: it
-  stays on TVM.
+  the model at optimization level ``basic`` (every node its own kernel), scaled to a
+  default session's whole-model time (:func:`onnxruntime_node_times`). A kernel with a
+  node the profile does not show is not priced: it stays on TVM.
 
 A dynamic program over the kernels in launch order then picks each kernel's backend so
 that the kernels' times plus the cost of every switch between the backends is least. A
-switch costs a runtime call (``SWITCH_US``) plus the tensor crossing it read once at
-``SWITCH_GBPS`` (onnxruntime reorders a conv's input into its own blocked layout and
-back). Only a plan predicted to save at least ``MIN_GAIN`` of the segment's time is built;
-the compile then times the new build against the one it had, in one process, rounds
-alternating, and keeps the faster (``keep_split``): the prediction chooses what to try, a
-measurement what ships.
+switch costs a runtime call (``SWITCH_US``) plus the tensor crossing it at
+``SWITCH_GBPS``. Only a plan predicted to save at least ``MIN_GAIN`` of the TVM time is
+built; the compile then times the new build against the one it had, in one process,
+rounds alternating, and keeps the split only if it measured faster by ``KEEP_MARGIN``:
+the prediction chooses what to try, a measurement what ships. The whole-model check
+against onnxruntime alone (``backend_choice``) still follows.
 """
 
 from __future__ import annotations

@@ -265,13 +265,20 @@ def infer_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(model)`` without its weights: onnx serializes
     the whole model to infer it, and parses the result back, which took 6 s a call on
     VGG-16's 550 MB (three calls in a compile). Initializers over
-    :data:`LIGHT_TENSOR_BYTES` take part as graph inputs of their type and shape instead.
-    Returns a model without those weights (they are graph inputs there): read its
-    ``value_info``, inputs and outputs, do not run it."""
+    :data:`LIGHT_TENSOR_BYTES` take part as graph inputs of their type and shape instead
+    (:func:`without_heavy_weights`). Returns a model without those weights (they are
+    graph inputs there): read its ``value_info``, inputs and outputs, do not run it."""
+    return onnx.shape_inference.infer_shapes(without_heavy_weights(model))
+
+
+def without_heavy_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s graph with every initializer over :data:`LIGHT_TENSOR_BYTES` turned
+    into a graph input of its type and shape (``model`` itself when it has none): for
+    checks and inference that read the graph, not the weights' values."""
     graph = model.graph
     heavy = [t for t in graph.initializer if _tensor_bytes(t) > LIGHT_TENSOR_BYTES]
     if not heavy:
-        return onnx.shape_inference.infer_shapes(model)
+        return model
     names = {t.name for t in heavy}
     light = onnx.helper.make_graph(
         list(graph.node),
@@ -286,7 +293,7 @@ def infer_value_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         light, opset_imports=list(model.opset_import), functions=list(model.functions)
     )
     slim.ir_version = model.ir_version
-    return onnx.shape_inference.infer_shapes(slim)
+    return slim
 
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:

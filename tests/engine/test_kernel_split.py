@@ -229,3 +229,20 @@ def test_shape_inference_without_the_weights_infers_what_onnx_infers():
     assert same is model and len(model.graph.initializer) == 2
     dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [4, 64]
+
+
+def test_a_thread_setting_every_round_shows_far_slower_is_not_timed_again():
+    from engine.fusion.fair_timing import _outrun
+    from engine.fusion.whole_model_check import decided
+
+    assert decided([300.0], [200.0]) and not decided([240.0], [200.0])
+    assert not decided([300.0, 200.0], [200.0])  # one round says otherwise
+    results = {
+        "compiled_1": [{"median_ms": 400.0}],
+        "compiled_2": [{"median_ms": 210.0}],
+        "onnxruntime_1": [{"median_ms": 230.0}],  # within the noise: stays
+        "onnxruntime_2": [{"median_ms": 200.0}],
+    }
+    out = _outrun(results, {}, 1)
+    assert set(out) == {"compiled_1"}
+    assert "400.000 ms against compiled_2's 210.000 ms" in out["compiled_1"]

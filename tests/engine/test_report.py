@@ -274,3 +274,21 @@ def test_a_build_that_is_onnxruntime_itself_is_as_fast_by_construction():
     assert evaluate(gate, figures({"compile": compile_result})).passed
     tvm = {**compile_result, "backend": "tvm"}
     assert figures({"compile": tvm})["compile.speed_vs_onnxruntime"]["value"] == 0.952
+
+
+def test_onnxruntime_on_the_prepared_model_gives_its_measured_speed():
+    """The prepared model (simplified, our rules applied) can run faster in onnxruntime than
+    the upload: that artifact is not the baseline, and its measured ratio stands."""
+    compile_result = {
+        "backend": "onnxruntime",
+        "onnxruntime_as_uploaded": False,
+        "latency_ms": 3.3,
+        "onnxruntime_latency_ms": 3.9,
+        "speed_vs_onnxruntime": 1.18,
+        "threads": 2,
+        "timing": {"rounds": 3},
+    }
+    speed = figures({"compile": compile_result})["compile.speed_vs_onnxruntime"]
+    assert speed["value"] == 1.18 and "by construction" not in speed["basis"]
+    uploaded = {**compile_result, "onnxruntime_as_uploaded": True, "speed_vs_onnxruntime": 0.97}
+    assert figures({"compile": uploaded})["compile.speed_vs_onnxruntime"]["value"] == 1.0
