@@ -38,6 +38,7 @@ from bench.real_models import MODELS as REAL_MODELS  # noqa: E402
 from bench.real_models import ensure_models  # noqa: E402
 from engine.fusion import CompileConfig, compile_model  # noqa: E402
 from engine.graph.prepare import prepare_model  # noqa: E402
+from engine.targets.host import describe_host  # noqa: E402
 from engine.zoo import ZOO, build  # noqa: E402
 from engine.zoo.builder import decompose_layer_norms  # noqa: E402
 
@@ -172,6 +173,7 @@ def main() -> int:
         "command": " ".join(sys.argv),
         "threads": args.threads,
         "load_avg_1m": os.getloadavg()[0],
+        "host": describe_host(),  # figures differ by machine: AMD's and Intel's differ most
         "summary": {kind: summary(rows, kind) for kind in ("untuned", "tuned")},
         "models": rows,
     }
