@@ -255,16 +255,18 @@ def compile_model(
     artifact_threads = 0  # the target's; onnxruntime alone gets its best setting
     as_uploaded = False
 
-    def manifest(directory: Path, built_there: dict) -> None:
+    def manifest(directory: Path, built_there: dict, segs=None, falling=None) -> None:
+        """Write the manifest of a build: this compile's segments and fallback, or those
+        given (a candidate build's)."""
         artifact.write_manifest(
             directory,
             original,
             model_sha256,
             spec,
-            segments,
+            segments if segs is None else segs,
             built_there,
             inputs,
-            fallback,
+            fallback if falling is None else falling,
             origin,
             tuning,
             threads=artifact_threads,
@@ -294,22 +296,6 @@ def compile_model(
         and fused
         and spec.kind == "llvm"
     ):
-
-        def split_manifest(directory, new_segments, new_built, new_fallback) -> None:
-            artifact.write_manifest(
-                directory,
-                original,
-                model_sha256,
-                spec,
-                new_segments,
-                new_built,
-                inputs,
-                new_fallback,
-                origin,
-                tuning,
-                threads=artifact_threads,
-            )
-
         manifest(staging, built)
         current = Build(
             segments,
@@ -322,7 +308,12 @@ def compile_model(
             config.build_timeout_s,
         )
         current, fallback, split = split_kernels(
-            current, model, fallback, example_inputs(inputs, config.seed), split_manifest, report
+            current,
+            model,
+            fallback,
+            example_inputs(inputs, config.seed),
+            lambda directory, new, new_built, moved: manifest(directory, new_built, new, moved),
+            report,
         )
         segments, fused, built = current.segments, current.fused, current.built
         clock.lap("kernel_split")
