@@ -305,7 +305,7 @@ def compile_model(
             spec,
             layout_choice["chosen"],
             tuned,
-            config.build_timeout_s,
+            config,
         )
         current, fallback, split = split_kernels(
             current,

@@ -49,8 +49,6 @@ MAX_WEIGHT_BYTES = 256 << 20
 build of such a model (VGG-16) cost half a minute of a compile."""
 KEEP_MARGIN = 0.03
 """The split build ships if it measured this much faster than the build it replaces."""
-COMPARE = TimingConfig(min_runs=5, max_runs=500, window_s=0.25)
-COMPARE_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Build:
     spec: object
     layout: str
     tuned: object
-    timeout_s: float
+    config: object  # the compile's CompileConfig
 
     def replace(self, segments, fused, built) -> Build:
         return replace(self, segments=segments, fused=fused, built=built)
@@ -279,29 +277,22 @@ def onnxruntime_node_times(
 _KERNEL_EVENT = "_kernel_time"
 
 
-def faster_of(first, second, feeds: dict, threads: int) -> tuple[float, float]:
-    """Median ms of two artifact directories, in this process, rounds alternating."""
-    from engine.fusion.standalone import CompiledModel
-
-    models = [CompiledModel(first, threads=threads), CompiledModel(second, threads=threads)]
-    best = [math.inf, math.inf]
-    for _ in range(COMPARE_ROUNDS):
-        for k, model in enumerate(models):
-            ms = time_calls(lambda m=model: m.run(feeds), COMPARE)["median"]
-            best[k] = min(best[k], ms)
-    return best[0], best[1]
-
-
 def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):
     """Try the plan on the build in ``build.staging``; returns what to ship and the
     report. ``build`` holds ``segments``, ``fused``, ``built``, ``staging``, ``spec``,
-    ``layout``, ``tuned`` and ``timeout_s`` (see ``engine.fusion.compile``);
+    ``layout``, ``tuned`` and ``config`` (see ``engine.fusion.compile``);
     ``write_manifest(directory, segments, built, fallback)`` writes a build's manifest."""
     import shutil
 
     from engine.fusion import delegate
     from engine.fusion.conv_layout import NCHW, LayoutUnsupported
     from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
+    from engine.fusion.whole_model_check import (
+        CHECK_ROUNDS,
+        load_pair,
+        outputs_agree,
+        time_alternating,
+    )
 
     threads = build.spec.threads
     weights = sum(t.ByteSize() for t in model.graph.initializer)
@@ -333,19 +324,30 @@ def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, rep
             fused = fuse_all(segments, build.spec, node_order, build.layout)
         except LayoutUnsupported:
             fused = fuse_all(segments, build.spec, node_order, NCHW)
-        built = build_all(fused, build.spec, directory, build.tuned, build.timeout_s, report)
+        timeout_s = build.config.build_timeout_s
+        built = build_all(fused, build.spec, directory, build.tuned, timeout_s, report)
     except SegmentFailed as e:
         result["reason"] = f"the split did not build: {e.reason}"
         shutil.rmtree(directory, ignore_errors=True)
         return build, fallback, result
     result["built"] = True
     write_manifest(directory, segments, built, moved)
-    before, after = faster_of(build.staging, directory, feeds, threads)
+    models = load_pair(build.staging, directory, build.spec)
+    agree, worst = outputs_agree(models, build.config)
+    if not agree:
+        result["reason"] = f"the split's outputs differ from the build's by {worst:.3g}"
+        shutil.rmtree(directory, ignore_errors=True)
+        return build, fallback, result
+    before, after, runs = time_alternating(
+        build.staging, directory, build.spec, build.config, report, "timing the split", models
+    )
+    del models
     result["measured_ms"] = {
         "before": round(before, 4),
         "after": round(after, 4),
         "method": (
-            f"median of {COMPARE_ROUNDS} alternating rounds in one process, {threads} thread(s)"
+            f"median of up to {CHECK_ROUNDS} alternating rounds in one process, at least "
+            f"{runs} runs each, {threads} thread(s)"
         ),
     }
     if after >= before * (1 - KEEP_MARGIN):

@@ -58,7 +58,7 @@ def keep_faster(fused, spec, out: Path, built, tuned, key, tuning, store, config
         built_default = build_all(fused, spec, other, None, config.build_timeout_s, report)
         manifest(staging, built)
         manifest(other, built_default)
-        tuned_ms, default_ms, runs = _time_alternating(staging, other, spec, config, report)
+        tuned_ms, default_ms, runs = time_alternating(staging, other, spec, config, report)
     except Exception as e:
         shutil.rmtree(other, ignore_errors=True)
         if isinstance(e, EngineError | Cancelled):
@@ -105,10 +105,10 @@ def _check_summary(entry: dict) -> dict:
     }
 
 
-_CHECK_ROUNDS = 3
+CHECK_ROUNDS = 3
 
 
-def _time_alternating(
+def time_alternating(
     first: Path,
     second: Path,
     spec,
@@ -120,13 +120,13 @@ def _time_alternating(
     """Median latency (ms) of two builds of one model, timed in alternating rounds so a
     change in the machine's speed falls on both; and how many runs each got. ``models``:
     the two builds already loaded (else loaded from ``first`` and ``second``)."""
-    models = models or _load(first, second, spec)
+    models = models or load_pair(first, second, spec)
     feeds = example_inputs(models[0].input_specs, config.seed)
-    timing = TimingConfig(window_s=config.timing_window_s / _CHECK_ROUNDS, min_runs=3)
+    timing = TimingConfig(window_s=config.timing_window_s / CHECK_ROUNDS, min_runs=3)
     medians: list[list[float]] = [[], []]
     runs = [0, 0]
-    for r in range(_CHECK_ROUNDS):
-        report(0.8, f"{message} ({r + 1}/{_CHECK_ROUNDS})")
+    for r in range(CHECK_ROUNDS):
+        report(0.8, f"{message} ({r + 1}/{CHECK_ROUNDS})")
         for k, compiled in enumerate(models):
             result = time_calls(lambda c=compiled: c.run(feeds), timing)
             medians[k].append(result["median"])
@@ -172,13 +172,13 @@ def choose_conv_layout(
         built_blocked = build_all(fused_blocked, spec, other, None, config.build_timeout_s, report)
         manifest(staging, built)
         manifest(other, built_blocked)
-        models = _load(staging, other, spec)  # once, for the check and the timing
-        agree, worst = _outputs_agree(models, config)
+        models = load_pair(staging, other, spec)  # once, for the check and the timing
+        agree, worst = outputs_agree(models, config)
         if not agree:
             shutil.rmtree(other, ignore_errors=True)
             reason = f"the blocked build's outputs differ from the NCHW build's by {worst:.3g}"
             return fused, built, {**choice, "reason": reason}
-        nchw_ms, blocked_ms, runs = _time_alternating(
+        nchw_ms, blocked_ms, runs = time_alternating(
             staging,
             other,
             spec,
@@ -205,7 +205,7 @@ def choose_conv_layout(
         "runs": runs,
         "threads": spec.threads,
         "measured": (
-            f"median of {_CHECK_ROUNDS} alternating rounds, at least {runs} runs each, "
+            f"median of {CHECK_ROUNDS} alternating rounds, at least {runs} runs each, "
             f"{spec.threads or 'all'} thread(s), random inputs"
         ),
         "reason": (
@@ -240,11 +240,11 @@ def blockable_in(segments, spec) -> tuple[int, int]:
     return convs, lanes
 
 
-def _load(first: Path, second: Path, spec) -> list[CompiledModel]:
+def load_pair(first: Path, second: Path, spec) -> list[CompiledModel]:
     return [CompiledModel(d, threads=spec.threads) for d in (first, second)]
 
 
-def _outputs_agree(models: list[CompiledModel], config) -> tuple[bool, float]:
+def outputs_agree(models: list[CompiledModel], config) -> tuple[bool, float]:
     """Whether two builds of one model give the same outputs on random inputs, within
     the compile check's tolerances; and the largest difference."""
     feeds = example_inputs(models[0].input_specs, config.seed)

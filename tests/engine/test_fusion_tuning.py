@@ -176,14 +176,14 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
         return compile_model(path, config).to_dict()
 
     timed = []
-    real_timing = check_module._time_alternating
+    real_timing = check_module.time_alternating
 
     def tuned_slower(first, second, spec, config, report):
         tuned_ms, default_ms, runs = real_timing(first, second, spec, config, report)
         timed.append((tuned_ms, default_ms))
         return default_ms * 2, default_ms, runs  # as if the tuned build were twice as slow
 
-    monkeypatch.setattr(check_module, "_time_alternating", tuned_slower)
+    monkeypatch.setattr(check_module, "time_alternating", tuned_slower)
     first = compile_into("a")
     check = first["tuning"]["end_to_end"]
     assert len(timed) == 1 and all(ms > 0 for ms in timed[0])
@@ -213,7 +213,7 @@ def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(
     monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
     monkeypatch.setattr(
         check_module,
-        "_time_alternating",
+        "time_alternating",
         lambda first, second, spec, config, report: (1.0, 2.0, 5),
     )
     out = tmp_path / "o"
