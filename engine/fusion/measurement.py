@@ -72,11 +72,18 @@ def compare_outputs(original, outputs: dict, feeds: dict, threads: int, config):
     )
     names = [o.name for o in original.graph.output]
     reference = dict(zip(names, session.run(names, feeds), strict=True))
+    return against_reference(reference, outputs, config, mismatch=float("inf"))
+
+
+def against_reference(reference: dict, outputs: dict, config, mismatch):
+    """({name: max abs error}, all within ``config.atol + config.rtol * max |reference|``)
+    for every reference output; an output missing or of another shape gets ``mismatch``
+    and fails."""
     errors, match = {}, True
     for name, ref in reference.items():
-        got = outputs[name]
-        if got.shape != ref.shape:
-            errors[name], match = float("inf"), False
+        got = outputs.get(name)
+        if got is None or got.shape != ref.shape:
+            errors[name], match = mismatch, False
             continue
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
         errors[name] = float(diff.max()) if diff.size else 0.0

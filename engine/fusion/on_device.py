@@ -15,11 +15,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
-
 from engine.errors import ProgressFn
 from engine.fusion.compile import CompileConfig, compile_model
 from engine.fusion.device_measure import measure_artifact
+from engine.fusion.measurement import against_reference
 from engine.fusion.standalone import example_inputs
 from engine.fusion.target import TargetSpec
 from engine.remote.device import DeviceSession, open_device
@@ -109,17 +108,7 @@ def _compare(model, feeds, outputs, config: CompileConfig) -> tuple[dict, bool]:
     reference = dict(
         zip(names, session.run(names, {k: v for k, v in feeds.items() if k in wanted}), strict=True)
     )
-    errors, match = {}, True
-    for name, ref in reference.items():
-        got = outputs.get(name)
-        if got is None or got.shape != ref.shape:
-            errors[name], match = None, False
-            continue
-        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        errors[name] = float(diff.max()) if diff.size else 0.0
-        scale = float(np.abs(ref).max()) if ref.size else 0.0
-        match &= bool(errors[name] <= config.atol + config.rtol * scale)
-    return errors, match
+    return against_reference(reference, outputs, config, mismatch=None)
 
 
 def _manifest_inputs(staging: Path) -> list[dict]:
