@@ -44,8 +44,9 @@ from engine.fusion.substitution import MeasuredBench, substitute
 from engine.fusion.target import TargetSpec, resolve_target
 from engine.fusion.timing import set_threads
 from engine.fusion.tuning import TuningBudget, tune_segments
-from engine.fusion.tuning_store import RecordStore, open_store
+from engine.fusion.tuning_store import RecordStore, open_store, target_key
 from engine.fusion.whole_model_check import (
+    StoredLayout,
     apply_stored_check,
     blockable_in,
     choose_conv_layout,
@@ -220,7 +221,10 @@ def compile_model(
     op_types.update({n.name: n.op_type for n in model.graph.node})
     out = Path(config.out_dir)
     staging = out / "artifact"
-    tuning, tuned, store = None, None, None
+    tuning, tuned, store, check_key = None, None, None, None
+    # Asked to choose the conv layout, tuning waits for the choice: it tunes the kernels
+    # that ship (the blocked ones ResNet-50 runs, not NCHW kernels the layout check drops).
+    tune_after_layout = config.conv_layout == "auto" and _tuning_asked(config)
     layout = BLOCKED if config.conv_layout == BLOCKED else NCHW
     layout_choice = {"chosen": layout, "checked": False, "reason": f"asked for {layout}"}
     for _ in range(MAX_FALLBACK_ROUNDS):
@@ -235,10 +239,10 @@ def compile_model(
                 layout_choice = {"chosen": NCHW, "checked": False, "reason": f"blocked: {e}"}
                 fused = fuse_all(segments, spec, node_order, layout)
             report(0.3, "fusion planned")
-            if tuning is None:
-                tuning, tuned, store = _tune(fused, spec, config, report)
-                check_key = _check_key(tuned, model_sha256, fallback, config)
-                tuned = apply_stored_check(tuning, tuned, store, check_key)
+            if tuning is None and not tune_after_layout:
+                tuning, tuned, store, check_key = _tune(
+                    fused, spec, config, report, model_sha256, fallback
+                )
                 clock.lap("tuning")
             built = build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
             break
@@ -268,25 +272,38 @@ def compile_model(
             inputs,
             fallback if falling is None else falling,
             origin,
-            tuning,
+            tuning or {"enabled": False},  # the layout check's builds come before tuning
             threads=artifact_threads,
         )
 
+    if config.conv_layout == "auto":
+        if not (config.measure and spec.kind == "llvm" and fused):
+            layout_choice["reason"] = "not measured (no timing, or not a CPU build)"
+        else:
+            fused, built, layout_choice = choose_conv_layout(
+                segments,
+                fused,
+                built,
+                spec,
+                node_order,
+                out,
+                config,
+                manifest,
+                report,
+                stored=_stored_layout(spec, config, model_sha256, fallback),
+            )
+            clock.lap("conv_layout")
+    if tuning is None:  # after the layout choice: the chosen layout's kernels
+        tuning, tuned, store, check_key = _tune(fused, spec, config, report, model_sha256, fallback)
+        clock.lap("tuning")
+        if tuned:
+            built = _build_tuned(fused, spec, staging, tuned, tuning, config, report)
+            clock.lap("tuned_build")
     if tuned and "end_to_end" not in tuning:
         built = keep_faster(
             fused, spec, out, built, tuned, check_key, tuning, store, config, manifest, report
         )
         clock.lap("end_to_end_check")
-    if config.conv_layout == "auto":
-        if tuned:
-            layout_choice["reason"] = "tuned kernels are NCHW kernels: not compared"
-        elif not (config.measure and spec.kind == "llvm" and fused):
-            layout_choice["reason"] = "not measured (no timing, or not a CPU build)"
-        else:
-            fused, built, layout_choice = choose_conv_layout(
-                segments, fused, built, spec, node_order, out, config, manifest, report
-            )
-            clock.lap("conv_layout")
 
     split = {"tried": False}
     if (
@@ -456,13 +473,18 @@ def _source_sha256(source, model: onnx.ModelProto) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _tune(fused, spec, config: CompileConfig, report):
+def _tuning_asked(config: CompileConfig) -> bool:
+    """A tuning budget, or a store whose records to reuse."""
+    return config.tuning_store is not None or bool(config.tune_trials or config.tune_minutes)
+
+
+def _tune(fused, spec, config: CompileConfig, report, model_sha256: str, fallback: dict):
     """MetaSchedule tuning under the budget, through the store; (summary, tuned kernels,
-    the store)."""
-    if config.tuning_store is None and not (config.tune_trials or config.tune_minutes):
-        return {"enabled": False}, None, None
-    given = config.tuning_store
-    store = open_store(given if given is not None else Path(config.out_dir) / "tuning")
+    the store, the key of their whole-model check). The tuned kernels are none when a
+    compile of the same model with the same tuned kernels found the defaults faster."""
+    if not _tuning_asked(config):
+        return {"enabled": False}, None, None, None
+    store = open_store(_store_location(config))
     budget = TuningBudget(trials=config.tune_trials, minutes=config.tune_minutes)
 
     def tuning_progress(fraction: float, message: str) -> None:
@@ -477,15 +499,53 @@ def _tune(fused, spec, config: CompileConfig, report):
         config.build_timeout_s,
         builder=config.tuning_builder,
     )
-    return summary, tuned, store
+    check_key = _check_key(tuned, model_sha256, fallback, config)
+    return summary, apply_stored_check(summary, tuned, store, check_key), store, check_key
+
+
+def _build_tuned(fused, spec, staging: Path, tuned: dict, tuning: dict, config, report):
+    """The build with the tuned kernels, in place of the default one in ``staging``; the
+    default build stays when TVM cannot build a tuned kernel (said in ``tuning``)."""
+    try:
+        return build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
+    except SegmentFailed as failed:
+        tuning["build_error"] = (
+            f"segment {failed.segment.index} did not build with its tuned kernels "
+            f"({failed.reason}): its default schedules ship"
+        )
+        tuned.clear()
+        return build_all(fused, spec, staging, None, config.build_timeout_s, report)
 
 
 def _check_key(tuned, model_sha256: str, fallback: dict, config: CompileConfig) -> str | None:
     """The store key of the whole-model check of this model with these tuned kernels."""
     if not tuned:
         return None
+    return tuned_set_key(tuned, _build_text(model_sha256, fallback, config))
+
+
+def _build_text(model_sha256: str, fallback: dict, config: CompileConfig) -> str:
+    """The model and how it was compiled, for the store's whole-model entries."""
     build = [model_sha256, *sorted(fallback), *config.rules, *map(str, config.input_shapes.items())]
-    return tuned_set_key(tuned, "\n".join(build))
+    return "\n".join(build)
+
+
+def _stored_layout(spec, config: CompileConfig, model_sha256: str, fallback: dict):
+    """Where the layout choice of this model goes in the tuning store, when the compile has
+    a store (tuning asked); else None."""
+    if not _tuning_asked(config):
+        return None
+    import tvm
+
+    store = open_store(_store_location(config))
+    text = "conv-layout\n" + _build_text(model_sha256, fallback, config)
+    key = "layout-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return StoredLayout(store, target_key(spec.target, tvm.__version__), key, spec)
+
+
+def _store_location(config: CompileConfig):
+    given = config.tuning_store
+    return given if given is not None else Path(config.out_dir) / "tuning"
 
 
 def _fallback_list(fallback: dict, model, origin) -> list[dict]:

@@ -336,3 +336,84 @@ def test_same_padding_becomes_the_convs_own_pads(mode, size, stride, kernel, tmp
             ),
         )
         _outputs_match_onnxruntime(model, out)
+
+
+def test_tuning_waits_for_the_layout_and_tunes_the_kernels_that_ship(tmp_path, monkeypatch):
+    """With the layout left to measurement, tuning comes after the choice: the kernels it
+    tunes are those of the chosen layout (blocked here), and they ship."""
+    from engine.fusion import tuning as tuning_module
+    from engine.fusion import whole_model_check as check_module
+
+    real_timing = check_module.time_alternating
+
+    def blocked_faster(first, second, spec, config, report, message="", models=None):
+        if "blocked" in message:  # the layout check: blocked wins
+            real_timing(first, second, spec, config, report, message, models)
+            return 2.0, 1.0, 5
+        return 1.0, 2.0, 5  # the tuned-vs-default check: tuned wins
+
+    monkeypatch.setattr(check_module, "time_alternating", blocked_faster)
+    # every tuned kernel that measured counts as faster than its default schedule
+    monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
+    model = _convnet()
+    result = compile_model(
+        model,
+        CompileConfig(
+            out_dir=str(tmp_path),
+            threads=1,
+            choose_backends=False,
+            timing_window_s=0.1,
+            tune_trials=8,
+            tuning_store=str(tmp_path / "store"),
+        ),
+    ).to_dict()
+    assert result["conv_layout"]["chosen"] == BLOCKED and result["conv_layout"]["checked"]
+    assert result["tuning"]["trials"] > 0 and result["tuning"]["improved"] > 0
+    assert result["tuning"]["end_to_end"]["kept"] == "tuned"
+    tuned = [k for k in result["kernels"] if k["schedule"] == "tuned"]
+    assert tuned, "no kernel of the blocked build carries its tuned schedule"
+    assert result["outputs_match"] is True
+    _outputs_match_onnxruntime(model, tmp_path)
+
+
+def test_a_second_compile_takes_the_layout_its_store_holds(tmp_path, monkeypatch):
+    """With a tuning store, the layout chosen by measurement is stored under the model: a
+    second compile builds that layout alone, timing nothing; a damaged entry is measured
+    again."""
+    from engine.fusion import whole_model_check as check_module
+
+    timed = []
+    real_timing = check_module.time_alternating
+
+    def blocked_faster(*args, **kwargs):
+        timed.append(args[-2])
+        runs = real_timing(*args, **kwargs)[2]
+        return 2.0, 1.0, runs
+
+    monkeypatch.setattr(check_module, "time_alternating", blocked_faster)
+    store = tmp_path / "store"
+
+    def compile_into(name: str):
+        config = CompileConfig(
+            out_dir=str(tmp_path / name),
+            threads=1,
+            choose_backends=False,
+            timing_window_s=0.1,
+            tuning_store=str(store),
+        )
+        return compile_model(model, config)
+
+    model = _convnet()
+    first = compile_into("a").conv_layout
+    assert first["chosen"] == BLOCKED and first["checked"] and "stored" not in first
+    assert len(timed) == 1
+    second = compile_into("b")
+    assert second.conv_layout == {**first, "stored": True}
+    assert len(timed) == 1  # nothing built twice or timed
+    assert second.outputs_match and not (tmp_path / "b" / "artifact-blocked").exists()
+    _outputs_match_onnxruntime(model, tmp_path / "b")
+
+    (entry,) = store.glob("*/layout-*.json")
+    entry.write_text("{damaged")
+    third = compile_into("c").conv_layout
+    assert third["checked"] and "stored" not in third and len(timed) == 2
