@@ -72,11 +72,85 @@ def to_blocked(mod, lanes: int):
         layouts = _conv_layouts(call, lanes)
         return {"relax.nn.conv2d": layouts} if layouts else nchw_layouts(call)
 
+    convert = relax.transform.ConvertLayout({}, desired)
     try:
         mod = _clips_as_min_max(mod)
-        return relax.transform.ConvertLayout({}, desired)(mod)
+        return convert(mod)
     except Exception as e:  # noqa: BLE001 - TVM's layout inference refused an operator
-        raise LayoutUnsupported(str(e).strip().splitlines()[-1][:300]) from e
+        refused = e
+    for fenced in _FENCED:  # again, with the operators whose rules refuse blocks in NCHW
+        try:
+            return _without_fences(convert(_fenced(mod, fenced)))
+        except Exception:  # noqa: BLE001 - refused still: the next set, or the first reason
+            continue
+    raise LayoutUnsupported(str(refused).strip().splitlines()[-1][:300]) from refused
+
+
+# Operators whose layout rules in TVM fail on channel blocks instead of taking them back to
+# NCHW: layer_norm (ConvNeXt's, over the channels) and its kin, expand_dims and squeeze;
+# then, as well, concat (GoogLeNet's: branches in blocks of 32 and of 16 channels). The
+# whole model went NCHW for one of them. Fewest first: each costs layout transforms.
+_NORMS = frozenset(
+    {
+        "relax.nn.layer_norm",
+        "relax.nn.group_norm",
+        "relax.nn.instance_norm",
+        "relax.nn.rms_norm",
+        "relax.expand_dims",
+        "relax.squeeze",
+    }
+)
+_FENCED = (_NORMS, _NORMS | {"relax.concat"})
+_FENCE = "relax.grad.no_grad"  # an identity with no layout rule: its input goes to NCHW
+
+
+def _fenced(mod, ops: frozenset):
+    """``mod`` with the data of each call of ``ops`` (every tensor of a tuple: concat's)
+    behind an identity that has no layout rule, so that ConvertLayout hands it NCHW (a
+    layout transform from the blocks before it, into blocks again after it where a blocked
+    conv reads the result)."""
+    import tvm
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Fence(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") not in ops:
+                return call
+            data = call.args[0]
+            if isinstance(data, relax.Tuple):
+                fenced = relax.Tuple([relax.op.grad.no_grad(f) for f in data.fields])
+            else:
+                fenced = relax.op.grad.no_grad(data)  # the builder binds it
+            return relax.Call(call.op, [fenced, *call.args[1:]], call.attrs, call.ty_args)
+
+    updated = tvm.IRModule(dict(mod.functions))
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            updated[gv] = Fence().visit_expr(func)
+    return updated
+
+
+def _without_fences(mod):
+    """``mod`` with :func:`_fenced`'s identities taken out again."""
+    from tvm.relax.dpl import is_op, wildcard
+
+    return _rewrite_each(mod, [(is_op(_FENCE)(wildcard()), lambda expr, matches: expr.args[0])])
+
+
+def _rewrite_each(mod, rewrites):
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    updated = tvm.IRModule(dict(mod.functions))
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            for pattern, rewrite in rewrites:
+                func = rewrite_call(pattern, rewrite, func)
+            updated[gv] = func
+    return relax.transform.CanonicalizeBindings()(updated)
 
 
 def nchw_layouts(call) -> dict:

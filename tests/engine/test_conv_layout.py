@@ -417,3 +417,68 @@ def test_a_second_compile_takes_the_layout_its_store_holds(tmp_path, monkeypatch
     entry.write_text("{damaged")
     third = compile_into("c").conv_layout
     assert third["checked"] and "stored" not in third and len(timed) == 2
+
+
+def _conv_norm_conv(norm: str, channels=32, size=8):
+    """A conv, an operator whose TVM layout rule cannot take channel blocks (a layer norm
+    over channels and space; GoogLeNet's concat of a branch in blocks of 32 channels and
+    one in blocks of 16), or LRN as GoogLeNet has it, and a conv reading its result."""
+    if norm == "LRN":
+        middle = [helper.make_node("LRN", ["c0"], ["n0"], name="lrn", size=5, alpha=1e-4)]
+        extra = []
+    elif norm == "Concat":  # 32 + 48 channels: blocks of 32 and of 16
+        middle = [
+            helper.make_node("Conv", ["x", "wb"], ["cb"], name="branch", kernel_shape=[1, 1]),
+            helper.make_node("Concat", ["c0", "cb"], ["n0"], name="concat", axis=1),
+        ]
+        extra = [_weights("wb", [48, 16, 1, 1], 9)]
+    else:
+        middle = [
+            helper.make_node(
+                "LayerNormalization", ["c0", "gamma", "beta"], ["n0"], name="norm", axis=1
+            )
+        ]
+        extra = [
+            _weights("gamma", [channels, size, size], 7),
+            _weights("beta", [channels, size, size], 8),
+        ]
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", "w0"], ["c0"], name="first", kernel_shape=[3, 3], pads=[1] * 4
+        ),
+        *middle,
+        helper.make_node("Conv", ["n0", "w1"], ["y"], name="second", kernel_shape=[1, 1]),
+    ]
+    joined = channels + 48 if norm == "Concat" else channels
+    inits = [_weights("w0", [channels, 16, 3, 3], 0), _weights("w1", [channels, joined, 1, 1], 1)]
+    return _model(nodes, [1, 16, size, size], [*inits, *extra])
+
+
+@pytest.mark.parametrize("norm", ["LRN", "LayerNormalization", "Concat"])
+def test_an_operator_that_refuses_blocks_runs_in_nchw_between_blocked_convs(
+    norm, tmp_path, monkeypatch
+):
+    """TVM's layout rules for layer_norm, and for concat of blocks of different sizes,
+    fail on channel blocks (the whole model went NCHW: GoogLeNet, ConvNeXt): they now take
+    NCHW, with transforms around them, and the convs still run in blocks."""
+    model = _conv_norm_conv(norm)
+    result = compile_model(
+        model,
+        CompileConfig(
+            out_dir=str(tmp_path), conv_layout=BLOCKED, choose_backends=False, measure=False
+        ),
+    )
+    assert result.conv_layout["chosen"] == BLOCKED, result.conv_layout
+    assert [k for k in result.kernels if "layout_transform" in k.func]
+    _outputs_match_onnxruntime(model, tmp_path)
+    if norm != "LRN":  # LRN takes blocks as it is; the other two are what fences are for
+        from engine.fusion import conv_layout
+
+        monkeypatch.setattr(conv_layout, "_FENCED", ())
+        config = CompileConfig(
+            out_dir=str(tmp_path / "unfenced"),
+            conv_layout=BLOCKED,
+            choose_backends=False,
+            measure=False,
+        )
+        assert compile_model(model, config).conv_layout["chosen"] == NCHW
