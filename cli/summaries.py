@@ -226,6 +226,12 @@ def compile(d: dict) -> str:
             f"{'tuning':<24} {tuning['trials']} trials in {tuning['seconds']} s, "
             f"{tuning['records_used']} stored records applied"
         )
+    in_model = tuning.get("in_model") or {}
+    if in_model.get("checked"):
+        lines.append(
+            f"{'in_model_check':<24} {in_model['checked']} tuned kernels timed in the model, "
+            f"{in_model['dropped']} dropped (not faster there than their default)"
+        )
     check = tuning.get("end_to_end")
     if check and check.get("checked"):
         lines.append(

@@ -255,3 +255,60 @@ def test_a_default_build_that_hangs_during_tuning_is_ended(save, tmp_path, monke
     assert time.perf_counter() - started < 60
     assert result["tuning"]["tasks_tuned"] == 0 and result["tuning"]["trials"] == 0
     assert result["outputs_match"] is True and not result["fallback_nodes"]
+
+
+def test_a_tuned_kernel_slower_in_the_model_is_dropped_and_the_verdict_kept(
+    save, tmp_path, monkeypatch
+):
+    """MetaSchedule times a kernel alone; in the model it can run slower than its default
+    schedule (ResNet-50's blocked convs: 12 of 14 tuned kernels). Both builds are timed in
+    the model, the tuned schedule dropped where it is not faster there, and the verdict
+    stored with its record: a second compile builds nothing to check it again."""
+    from engine.fusion import tuning as tuning_module
+
+    # Alone, every tuned kernel within 2.5x of its default counts as faster...
+    monkeypatch.setattr(
+        tuning_module, "_beats", lambda t, d: t is not None and (d is None or t < 2.5 * d)
+    )
+    # ...and in the model, the tuned build's kernels run ten times as long.
+    real_load, real_times = tuning_module._load_build, tuning_module.kernel_times_us
+    tuned_vms, loads = set(), []
+
+    def load(seg, mod, spec, tuned, timeout_s):
+        loaded = real_load(seg, mod, spec, tuned, timeout_s)
+        loads.append(bool(tuned))
+        if tuned and loaded:
+            tuned_vms.add(id(loaded[0]))
+        return loaded
+
+    def times(vm, run, names, runs):
+        return {
+            k: us * (10 if id(vm) in tuned_vms else 1)
+            for k, us in real_times(vm, run, names, runs).items()
+        }
+
+    monkeypatch.setattr(tuning_module, "_load_build", load)
+    monkeypatch.setattr(tuning_module, "kernel_times_us", times)
+    path, store = save(dense_model()), tmp_path / "store"
+
+    def compile_into(name: str) -> dict:
+        config = CompileConfig(str(tmp_path / name), tune_trials=SMALL, tuning_store=store, **FAST)
+        return compile_model(path, config).to_dict()
+
+    first = compile_into("a")
+    assert first["tuning"]["trials"] == SMALL
+    assert first["tuning"]["in_model"] == {"checked": 1, "dropped": 1}
+    assert first["tuning"]["improved"] == 0 and "end_to_end" not in first["tuning"]
+    assert "tuned" not in {k["schedule"] for k in first["kernels"]}
+    (row,) = [k for k in first["tuning"]["kernels"] if k["in_model"]]
+    assert row["in_model"]["tuned_us"] > row["in_model"]["default_us"] > 0
+    (entry, _) = stored(store)
+    assert entry["in_model"]["record"] and entry["in_model"] == row["in_model"]
+    assert first["outputs_match"] is True
+
+    built = len(loads)
+    second = compile_into("b")
+    assert second["tuning"]["trials"] == 0 and second["tuning"]["in_model"]["checked"] == 0
+    assert len(loads) == built  # no build to check the stored verdict again
+    assert second["tuning"]["records_used"] == 0
+    assert "tuned" not in {k["schedule"] for k in second["kernels"]}
