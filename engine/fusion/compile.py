@@ -221,10 +221,12 @@ def compile_model(
     op_types.update({n.name: n.op_type for n in model.graph.node})
     out = Path(config.out_dir)
     staging = out / "artifact"
-    tuning, tuned, store, check_key = None, None, None, None
+    tuning, tuned, check_key = None, None, None
+    # the tuning store (records, whole-model checks, layout choices) when tuning is asked
+    store = open_store(_store_location(config)) if _tuning_asked(config) else None
     # Asked to choose the conv layout, tuning waits for the choice: it tunes the kernels
     # that ship (the blocked ones ResNet-50 runs, not NCHW kernels the layout check drops).
-    tune_after_layout = config.conv_layout == "auto" and _tuning_asked(config)
+    tune_after_layout = config.conv_layout == "auto" and store is not None
     layout = BLOCKED if config.conv_layout == BLOCKED else NCHW
     layout_choice = {"chosen": layout, "checked": False, "reason": f"asked for {layout}"}
     for _ in range(MAX_FALLBACK_ROUNDS):
@@ -240,8 +242,8 @@ def compile_model(
                 fused = fuse_all(segments, spec, node_order, layout)
             report(0.3, "fusion planned")
             if tuning is None and not tune_after_layout:
-                tuning, tuned, store, check_key = _tune(
-                    fused, spec, config, report, model_sha256, fallback
+                tuning, tuned, check_key = _tune(
+                    fused, spec, config, store, report, model_sha256, fallback
                 )
                 clock.lap("tuning")
             built = build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
@@ -290,11 +292,11 @@ def compile_model(
                 config,
                 manifest,
                 report,
-                stored=_stored_layout(spec, config, model_sha256, fallback),
+                stored=_stored_layout(store, spec, config, model_sha256, fallback),
             )
             clock.lap("conv_layout")
     if tuning is None:  # after the layout choice: the chosen layout's kernels
-        tuning, tuned, store, check_key = _tune(fused, spec, config, report, model_sha256, fallback)
+        tuning, tuned, check_key = _tune(fused, spec, config, store, report, model_sha256, fallback)
         clock.lap("tuning")
         if tuned:
             built = _build_tuned(fused, spec, staging, tuned, tuning, config, report)
@@ -478,13 +480,13 @@ def _tuning_asked(config: CompileConfig) -> bool:
     return config.tuning_store is not None or bool(config.tune_trials or config.tune_minutes)
 
 
-def _tune(fused, spec, config: CompileConfig, report, model_sha256: str, fallback: dict):
-    """MetaSchedule tuning under the budget, through the store; (summary, tuned kernels,
-    the store, the key of their whole-model check). The tuned kernels are none when a
-    compile of the same model with the same tuned kernels found the defaults faster."""
-    if not _tuning_asked(config):
-        return {"enabled": False}, None, None, None
-    store = open_store(_store_location(config))
+def _tune(fused, spec, config: CompileConfig, store, report, model_sha256: str, fallback: dict):
+    """MetaSchedule tuning under the budget, through ``store`` (None: tuning not asked);
+    (summary, tuned kernels, the key of their whole-model check). The tuned kernels are
+    none when a compile of the same model with the same tuned kernels found the defaults
+    faster."""
+    if store is None:
+        return {"enabled": False}, None, None
     budget = TuningBudget(trials=config.tune_trials, minutes=config.tune_minutes)
 
     def tuning_progress(fraction: float, message: str) -> None:
@@ -500,7 +502,7 @@ def _tune(fused, spec, config: CompileConfig, report, model_sha256: str, fallbac
         builder=config.tuning_builder,
     )
     check_key = _check_key(tuned, model_sha256, fallback, config)
-    return summary, apply_stored_check(summary, tuned, store, check_key), store, check_key
+    return summary, apply_stored_check(summary, tuned, store, check_key), check_key
 
 
 def _build_tuned(fused, spec, staging: Path, tuned: dict, tuning: dict, config, report):
@@ -530,14 +532,13 @@ def _build_text(model_sha256: str, fallback: dict, config: CompileConfig) -> str
     return "\n".join(build)
 
 
-def _stored_layout(spec, config: CompileConfig, model_sha256: str, fallback: dict):
-    """Where the layout choice of this model goes in the tuning store, when the compile has
-    a store (tuning asked); else None."""
-    if not _tuning_asked(config):
+def _stored_layout(store, spec, config: CompileConfig, model_sha256: str, fallback: dict):
+    """Where the layout choice of this model goes in ``store`` (None when the compile has
+    no store: tuning not asked)."""
+    if store is None:
         return None
     import tvm
 
-    store = open_store(_store_location(config))
     text = "conv-layout\n" + _build_text(model_sha256, fallback, config)
     key = "layout-" + hashlib.sha256(text.encode()).hexdigest()[:32]
     return StoredLayout(store, target_key(spec.target, tvm.__version__), key, spec)

@@ -109,7 +109,6 @@ def _fenced(mod, ops: frozenset):
     behind an identity that has no layout rule, so that ConvertLayout hands it NCHW (a
     layout transform from the blocks before it, into blocks again after it where a blocked
     conv reads the result)."""
-    import tvm
     from tvm import relax
 
     @relax.expr_functor.mutator
@@ -125,32 +124,31 @@ def _fenced(mod, ops: frozenset):
                 fenced = relax.op.grad.no_grad(data)  # the builder binds it
             return relax.Call(call.op, [fenced, *call.args[1:]], call.attrs, call.ty_args)
 
-    updated = tvm.IRModule(dict(mod.functions))
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            updated[gv] = Fence().visit_expr(func)
-    return updated
+    return _each_function(mod, lambda func: Fence().visit_expr(func))
 
 
 def _without_fences(mod):
     """``mod`` with :func:`_fenced`'s identities taken out again."""
-    from tvm.relax.dpl import is_op, wildcard
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-    return _rewrite_each(mod, [(is_op(_FENCE)(wildcard()), lambda expr, matches: expr.args[0])])
+    pattern = is_op(_FENCE)(wildcard())
+    unfenced = _each_function(
+        mod, lambda func: rewrite_call(pattern, lambda expr, matches: expr.args[0], func)
+    )
+    return relax.transform.CanonicalizeBindings()(unfenced)
 
 
-def _rewrite_each(mod, rewrites):
+def _each_function(mod, transform):
+    """``mod`` with ``transform`` applied to each of its Relax functions."""
     import tvm
     from tvm import relax
-    from tvm.relax.dpl import rewrite_call
 
     updated = tvm.IRModule(dict(mod.functions))
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
-            for pattern, rewrite in rewrites:
-                func = rewrite_call(pattern, rewrite, func)
-            updated[gv] = func
-    return relax.transform.CanonicalizeBindings()(updated)
+            updated[gv] = transform(func)
+    return updated
 
 
 def nchw_layouts(call) -> dict:
@@ -212,10 +210,7 @@ def _clips_as_min_max(mod):
             return expr
         return ops[name](data, bound)
 
-    updated = tvm.IRModule(dict(mod.functions))
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            updated[gv] = rewrite_call(pattern, rewrite, func)
+    updated = _each_function(mod, lambda func: rewrite_call(pattern, rewrite, func))
     return relax.transform.DeadCodeElimination()(updated)
 
 

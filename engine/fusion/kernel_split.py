@@ -318,19 +318,14 @@ def with_observed_types(model, names, feeds: dict, threads: int):
     session = ort.InferenceSession(
         probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-    values = session.run(missing, {k: v for k, v in feeds.items() if k in _input_names(graph)})
+    wanted = {i.name for i in graph.input}
+    values = session.run(missing, {k: v for k, v in feeds.items() if k in wanted})
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    for name, value in zip(missing, values, strict=True):
-        elem = helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
-        result.graph.value_info.append(
-            helper.make_tensor_value_info(name, elem, list(np.asarray(value).shape))
-        )
+    for name, value in zip(missing, map(np.asarray, values), strict=True):
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+        result.graph.value_info.append(helper.make_tensor_value_info(name, elem, value.shape))
     return result
-
-
-def _input_names(graph) -> set[str]:
-    return {i.name for i in graph.input}
 
 
 def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):

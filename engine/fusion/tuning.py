@@ -129,7 +129,9 @@ def tune_segments(
     }
     affordable = budget.trials or math.ceil(budget.minutes * _TRIALS_PER_MINUTE)
     if not any(w.budget_trials < affordable for w in workloads.values()):
-        summary["in_model"] = _check_in_model(modules, spec, workloads, store, tkey, progress)
+        summary["in_model"] = _check_in_model(
+            modules, spec, workloads, store, tkey, progress, build_timeout_s
+        )
         summary["improved"] = sum(1 for w in workloads.values() if w.chosen is not None)
         summary["records_used"] = summary["improved"]
         summary["kernels"] = _per_kernel(workloads)
@@ -163,7 +165,9 @@ def tune_segments(
         if w.default_us is not None and (w.trials or w.key not in tuned):
             w.budget_trials = affordable
             store.put(tkey, w.key, _entry(w, spec))
-    summary["in_model"] = _check_in_model(modules, spec, workloads, store, tkey, progress)
+    summary["in_model"] = _check_in_model(
+        modules, spec, workloads, store, tkey, progress, build_timeout_s
+    )
     summary["improved"] = sum(1 for w in workloads.values() if w.chosen is not None)
     summary["estimated_default_ms"] = _estimate(workloads, tuned=False)
     summary["estimated_tuned_ms"] = _estimate(workloads, tuned=True)
@@ -311,7 +315,7 @@ def _per_call(times: dict) -> dict[str, tuple[float, int]]:
 _IN_MODEL_ROUNDS = 3
 
 
-def _check_in_model(modules, spec, workloads, store, tkey: str, progress) -> dict:
+def _check_in_model(modules, spec, workloads, store, tkey: str, progress, timeout_s: float) -> dict:
     """Tuned schedules measured faster alone can run slower in the model: MetaSchedule
     times a kernel on its own, over and over on the same inputs (ResNet-50's blocked convs
     on a Zen 5, 20 minutes of tuning: conv2d16 445 us alone against 564 by default, 550
@@ -335,8 +339,8 @@ def _check_in_model(modules, spec, workloads, store, tkey: str, progress) -> dic
         }
         if not unchecked & set(keys.values()):
             continue
-        default = _load_build(seg, mod, spec, None, _BUILD_TIMEOUT_S)
-        tuned = _load_build(seg, mod, spec, chosen, _BUILD_TIMEOUT_S)
+        default = _load_build(seg, mod, spec, None, timeout_s)
+        tuned = _load_build(seg, mod, spec, chosen, timeout_s)
         if default is None or tuned is None:
             continue  # the whole-model check still decides
         rounds: list[list[dict]] = [[], []]
