@@ -404,15 +404,26 @@ def apply_names(mod, new_names: dict):
 
 
 def restore_names(old_main, new_mod):
-    """After a pass that rebuilt bindings in the same order (ConvertLayout, then
-    LiftTransformParams removing weight-only ones), give them back their old names."""
+    """After passes that rebuilt bindings in the same order (ConvertLayout, the weight
+    panels, then LiftTransformParams removing weight-only ones), give them back their
+    old names.
+
+    A new binding takes the name of the next old one of the same operator; the search
+    may pass over old bindings that compute on weights alone (lifted out), never over one
+    that computes on the model's data: a binding a pass inserted (a layout transform, a
+    panel product's reshapes) stays unnamed instead of taking a later binding's name and
+    shifting every name after it. A weight-panel product (``einsum``) takes its matmul's.
+    """
     from tvm import relax
 
-    old = [
-        (b.var.name, _op_key(b.value, relax))
-        for block in old_main.body.blocks
-        for b in block.bindings
-    ]
+    weights = set(old_main.params[int(old_main.attrs["num_input"]) :])
+    old, lifted = [], set()
+    for block in old_main.body.blocks:
+        for b in block.bindings:
+            used = _free_vars(b.value, relax)
+            if all(v in weights or v in lifted for v in used):
+                lifted.add(b.var)
+            old.append((b.var.name, _op_key(b.value, relax), b.var in lifted))
     names, i = {}, 0
     main = new_mod["main"]
     for k, param in enumerate(main.params[int(main.attrs["num_input"]) :]):
@@ -421,9 +432,9 @@ def restore_names(old_main, new_mod):
         for b in block.bindings:
             key = _op_key(b.value, relax)
             j = i
-            while j < len(old) and old[j][1] != key:
+            while j < len(old) and old[j][1] != key and old[j][2]:
                 j += 1
-            if j < len(old):
+            if j < len(old) and old[j][1] == key:
                 names[b.var] = old[j][0]
                 i = j + 1
     return apply_names(new_mod, names)
@@ -431,8 +442,16 @@ def restore_names(old_main, new_mod):
 
 def _op_key(value, relax) -> str:
     if isinstance(value, relax.Call):
-        return str(getattr(value.op, "name", None) or getattr(value.op, "name_hint", "call"))
+        name = str(getattr(value.op, "name", None) or getattr(value.op, "name_hint", "call"))
+        return _SAME_OPERATOR.get(name, name)
     return type(value).__name__
+
+
+_SAME_OPERATOR = {"relax.einsum": "relax.matmul"}  # weight_panels' products
+
+
+def _free_vars(expr, relax) -> list:
+    return list(relax.analysis.free_vars(expr)) if isinstance(expr, relax.Expr) else []
 
 
 def _vars_of(expr, relax) -> list:

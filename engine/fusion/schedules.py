@@ -172,9 +172,15 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
             inner.append(row_i)
         else:
             outer.append(loop)
-    if tile.lanes_outer and tile.row_axis is not None and tile.row_axis < tile.vector_axis:
-        outer.remove(vec_o)
-        outer.insert(outer.index(row_o), vec_o)
+    if tile.lanes_outer and tile.row_axis is not None:
+        # The larger operand's own loops go outside the rows, in their order: its tile is
+        # read once while every row tile passes by (the lanes' loop, and a panel's index
+        # in ``weight_panels``' products: [rows, panel, lanes]).
+        sweep = [outer[k] for k in tile.sweep if k > tile.row_axis]
+        for loop in sweep:
+            outer.remove(loop)
+        at = outer.index(row_o)
+        outer[at:at] = sweep
     sch.reorder(*outer, *reduce, *inner, vec_i)
     sch.reverse_compute_at(writeback, outer[-1])
     _vectorize_innermost(sch, writeback, tile.vector)
@@ -231,6 +237,7 @@ class _Tile:
     rows: int
     relayout: tuple[int, int] | None  # (read index, dim) of an operand to copy transposed
     lanes_outer: bool = False  # the lanes' operand is the larger: its tiles loop outermost
+    sweep: tuple[int, ...] = ()  # spatial axes indexing the lanes' operand alone
 
 
 def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Tile | None:
@@ -314,7 +321,8 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
     # smaller one passes by (the smaller is re-read from cache). GPT-2's lm_head, 128 rows
     # times a 128x8192 weight, streamed the 4 MB weight once per 8 rows: 52 GFLOP/s.
     larger = _nbytes(_buffer(reads[a][1])) > _nbytes(_buffer(reads[b][1]))
-    return _Tile(k, vector, row if rows > 1 else None, rows, relayout, larger)
+    sweep = tuple(j for j in range(n_spatial) if names[j] in flat[a] and names[j] not in flat[b])
+    return _Tile(k, vector, row if rows > 1 else None, rows, relayout, larger, sweep)
 
 
 def _group_size(name: str, texts: list[str]) -> int | None:

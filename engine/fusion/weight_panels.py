@@ -16,6 +16,19 @@ tile, into ``matmul(x, panels(W))`` over the panels (a batched product broadcast
 and a transpose back; ``panels(W)`` depends on the weight alone, so LiftTransformParams
 (for a parameter) or FoldConstant (for a constant: the bundled zoo models' weights)
 computes it once at build time (``build.pretransform_weights``).
+
+A product with a register tile's rows (GPT-2's vocabulary projection: 64 tokens by a
+128 x 8192 weight) has the same trouble in cache, not in memory: a tile's 32 columns are
+K lines ``4 N`` bytes apart, all in the same few cache sets when ``4 N`` is a multiple of
+4 KB, and every row tile re-read them from L3 (in the model: 3.4 ms, onnxruntime 1.1 ms).
+Such a product with a weight of 1 MB or more reads panels one tile wide,
+``einsum(x, panels(W))`` into ``[rows, N / 32, 32]``, which is ``[rows, N]`` as it lies in
+memory (a reshape, a view): 0.5 against 1.0-1.4 ms for 64 x 1024 x 1024, 1.3 against 3.0
+for 64 x 768 x 3072 (the kernel alone, 2 threads, an Intel Xeon with AVX-512). Its bias
+and activation then run as a kernel of their own (the reshape stands between), a pass
+over the output that costs less than the panels save at that size (64 x 1024 x 1024 with
+bias and ReLU: 1.0 against 1.3-1.4 ms); below 1 MB the gain is 0-15% and the pass would
+eat it.
 """
 
 from __future__ import annotations
@@ -28,13 +41,21 @@ import math
 PANEL_WIDTHS = (128, 64, 32, 16, 8)
 MAX_ROWS = 6  # rows of x up to which a product is weight-bound (a register tile has 7)
 MIN_WEIGHT_BYTES = 1 << 20  # below: the weight stays in cache between calls anyway
+# Columns per panel of a product with a register tile's rows: one tile's lanes (two
+# AVX-512 registers, four AVX2 ones), so the tile's K x 32 slice of the weight is 16 KB
+# in a row. Read in [K, N], that slice is K lines 4 N bytes apart: GPT-2's 128 x 8192
+# vocabulary projection puts all of them in one cache set, and every row tile re-read
+# the slice from L3.
+TILE_PANEL = 32
 
 
 def panel_width(rows: int, k: int, n: int) -> int | None:
     """The panel width for a product of ``rows`` x ``k`` by ``k`` x ``n`` (float32), or
     None to leave it as it is."""
-    if rows > MAX_ROWS or 4 * k * n < MIN_WEIGHT_BYTES:
+    if 4 * k * n < MIN_WEIGHT_BYTES:
         return None
+    if rows > MAX_ROWS:
+        return TILE_PANEL if n % TILE_PANEL == 0 and n > TILE_PANEL else None
     return next((t for t in PANEL_WIDTHS if n % t == 0 and n > t), None)
 
 
@@ -71,6 +92,9 @@ def pack_weight_panels(mod):
             return expr
         panels = relax.op.layout_transform(w, index_map=lambda kk, nn: (nn // t, kk, nn % t))
         flat = relax.op.reshape(x, [rows, k])
+        if rows > MAX_ROWS:  # register tiles over the rows, written straight in place
+            product = relax.op.einsum((flat, panels), "mk,pkt->mpt")  # [rows, n / t, t]
+            return relax.op.reshape(product, [*x_shape[:-1], n])
         product = relax.op.matmul(flat, panels)  # [n / t, rows, t]
         columns = relax.op.permute_dims(product, [1, 0, 2])  # [rows, n / t, t]
         return relax.op.reshape(columns, [*x_shape[:-1], n])
