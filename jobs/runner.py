@@ -1,6 +1,7 @@
 """Run one stage of a run: load, call the engine's entry point, save. Nothing else.
 
-The prepared model comes from the cache under ``WORKBENCH_VAR_DIR/prepared`` (built by the
+The prepared model comes from the cache under ``WORKBENCH_VAR_DIR/prepared`` (at most
+``WORKBENCH_PREPARED_CACHE_BYTES``, the least recently used going first; built by the
 first stage that needs it, from the stored model as ``jobs.localcopy`` finds it on this
 machine); the entry point is the stage's ``StageSpec.entry``; the report's artifacts are
 copied into storage and its JSON becomes the stage's result.
@@ -51,6 +52,7 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
                 max_tensor_elements=settings.MAX_TENSOR_ELEMENTS,
             ),
             cache_dir=Path(settings.VAR_DIR) / "prepared",
+            cache_max_bytes=settings.PREPARED_CACHE_BYTES,
             progress=lambda f, m: progress(0.05 * f, m),
         )
     except Cancelled:

@@ -131,6 +131,8 @@ STORAGE_PRESIGNED_DOWNLOADS = env_bool("WORKBENCH_S3_PRESIGNED_DOWNLOADS", False
 STORAGE_PRESIGN_SECONDS = env_int("WORKBENCH_S3_PRESIGN_SECONDS", 300, minimum=1)
 # Workers keep stored files they read (models, input sets) in VAR_DIR/blobs, up to this
 BLOB_CACHE_BYTES = env_int("WORKBENCH_BLOB_CACHE_BYTES", 20 << 30, minimum=0)
+# ... and the models they prepared (VAR_DIR/prepared), up to this
+PREPARED_CACHE_BYTES = env_int("WORKBENCH_PREPARED_CACHE_BYTES", 10 << 30, minimum=0)
 
 # Uploads: the size limit is checked while streaming, before anything is kept.
 MAX_UPLOAD_BYTES = env_int("WORKBENCH_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)

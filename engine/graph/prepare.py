@@ -97,6 +97,7 @@ def prepare_model(
     *,
     limits: Limits = Limits(),
     cache_dir: str | Path | None = None,
+    cache_max_bytes: int | None = None,
     progress: ProgressFn | None = None,
 ) -> PreparedModel:
     """Prepare ``source`` (a path, bytes or ``ModelProto``) for every stage.
@@ -104,7 +105,8 @@ def prepare_model(
     Raises what validation raises (:class:`~engine.errors.InvalidModelError`,
     :class:`~engine.errors.ModelLimitError`, :class:`~engine.errors.UnsupportedModelError`,
     :class:`~engine.errors.ShapeError`). With ``cache_dir``, a preparation of the same bytes
-    and shapes is read back instead of being built again.
+    and shapes is read back instead of being built again; with ``cache_max_bytes`` too,
+    the cache is kept to that size, the least recently used preparations going first.
     """
     options = options or PrepareOptions()
     report = progress or _ignore
@@ -119,7 +121,7 @@ def prepare_model(
             return cached
     prepared = _prepare(data, sha, key, options, limits, report)
     if cache_dir is not None:
-        prepared.path = prepared_cache.store(Path(cache_dir), prepared)
+        prepared.path = prepared_cache.store(Path(cache_dir), prepared, cache_max_bytes)
     report(1.0, "model prepared")
     return prepared
 

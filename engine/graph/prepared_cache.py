@@ -3,6 +3,12 @@
 Written to a temporary name and renamed, so a reader never sees half a file and two
 workers preparing the same model at once both end with a whole one. A cache entry that
 does not read back (damaged, or written by another version) is ignored and rebuilt.
+
+Bounded: with ``max_bytes``, each new entry is followed by a prune that removes the least
+recently used entries (a read marks its entry used) until the cache holds at most that,
+except the entry just written and any used in the last minute (a stage about to read it),
+and removes temporary files a killed worker left behind. Before, every model and every
+shape a worker ever prepared stayed on its disk.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import onnx
@@ -19,9 +26,13 @@ from engine.graph.loader import ModelHeader
 from engine.graph.prepared import PREPARE_VERSION, PreparationReport, PreparedModel
 from engine.graph.tensors import TensorSpec
 
+IN_USE_S = 60.0  # an entry read or written this recently may be about to be used: kept
+STALE_TEMP_S = 3600.0  # a temporary file this old was abandoned (its worker died)
 
-def store(directory: Path, prepared: PreparedModel) -> Path:
-    """Write ``prepared`` under its key; returns the path of the prepared .onnx."""
+
+def store(directory: Path, prepared: PreparedModel, max_bytes: int | None = None) -> Path:
+    """Write ``prepared`` under its key; returns the path of the prepared .onnx. With
+    ``max_bytes``, the cache is then pruned to that size (see the module's text)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{prepared.key}.onnx"
     meta = {
@@ -35,7 +46,50 @@ def store(directory: Path, prepared: PreparedModel) -> Path:
     }
     _write_atomic(path, prepared.model.SerializeToString())
     _write_atomic(directory / f"{prepared.key}.json", json.dumps(meta).encode())
+    if max_bytes is not None:
+        prune(directory, max_bytes, keep=prepared.key)
     return path
+
+
+def prune(directory: Path, max_bytes: int, *, keep: str | None = None) -> int:
+    """Remove the least recently used entries (both files) until the cache holds at most
+    ``max_bytes``, and abandoned temporary files; returns the bytes freed."""
+    now = time.time()
+    entries: dict[str, list] = {}  # key -> [last use, bytes, paths]
+    freed = 0
+    for path in directory.iterdir():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # another worker removed it
+            continue
+        if path.name.startswith("."):  # _write_atomic's temporary name
+            if now - stat.st_mtime > STALE_TEMP_S:
+                freed += _unlink(path, stat.st_size)
+            continue
+        if path.suffix not in (".onnx", ".json"):
+            continue
+        entry = entries.setdefault(path.stem, [0.0, 0, []])
+        if path.suffix == ".onnx":
+            entry[0] = stat.st_mtime  # a read touches the model
+        entry[1] += stat.st_size
+        entry[2].append((path, stat.st_size))
+    total = sum(size for _, size, _ in entries.values())
+    for key, (used, size, paths) in sorted(entries.items(), key=lambda kv: kv[1][0]):
+        if total <= max_bytes:
+            break
+        if key == keep or now - used < IN_USE_S:
+            continue
+        freed += sum(_unlink(path, bytes_) for path, bytes_ in paths)
+        total -= size
+    return freed
+
+
+def _unlink(path: Path, size: int) -> int:
+    try:
+        path.unlink()
+        return size
+    except FileNotFoundError:  # another worker pruned it first
+        return 0
 
 
 def load(directory: Path, key: str) -> PreparedModel | None:
@@ -46,6 +100,7 @@ def load(directory: Path, key: str) -> PreparedModel | None:
         if meta.get("version") != PREPARE_VERSION or meta.get("key") != key:
             return None
         model = onnx.load(str(path))
+        os.utime(path)  # used now: the prune keeps it longest
         header = meta["header"]
         return PreparedModel(
             model=model,
