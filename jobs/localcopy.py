@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from django.conf import settings
 from django.db.models.fields.files import FieldFile
 
+from engine.disk_cache import Entry, evict, unlink
 from workbench.storage import open_stream
 
 CHUNK_BYTES = 1 << 20
@@ -100,23 +101,7 @@ def prune(cache_dir: Path, max_bytes: int, *, keep: Path | None = None) -> int:
             continue
         if path.name.startswith(PARTIAL_PREFIX):
             if now - stat.st_mtime > STALE_PARTIAL_S:
-                freed += _unlink(path, stat.st_size)
+                freed += unlink(path, stat.st_size)
             continue
-        entries.append((stat.st_mtime, stat.st_size, path))
-    total = sum(size for _, size, _ in entries)
-    for mtime, size, path in sorted(entries):
-        if total <= max_bytes:
-            break
-        if path == keep or now - mtime < IN_USE_S:
-            continue
-        freed += _unlink(path, size)
-        total -= size
-    return freed
-
-
-def _unlink(path: Path, size: int) -> int:
-    try:
-        path.unlink()
-        return size
-    except FileNotFoundError:
-        return 0
+        entries.append(Entry(path, stat.st_mtime, [(path, stat.st_size)]))
+    return freed + evict(entries, max_bytes, now=now, in_use_s=IN_USE_S, keep=keep)

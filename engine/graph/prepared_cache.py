@@ -21,6 +21,7 @@ from pathlib import Path
 
 import onnx
 
+from engine.disk_cache import Entry, evict, unlink
 from engine.graph.ir import build_graph
 from engine.graph.loader import ModelHeader
 from engine.graph.prepared import PREPARE_VERSION, PreparationReport, PreparedModel
@@ -55,7 +56,7 @@ def prune(directory: Path, max_bytes: int, *, keep: str | None = None) -> int:
     """Remove the least recently used entries (both files) until the cache holds at most
     ``max_bytes``, and abandoned temporary files; returns the bytes freed."""
     now = time.time()
-    entries: dict[str, list] = {}  # key -> [last use, bytes, paths]
+    entries: dict[str, Entry] = {}
     freed = 0
     for path in directory.iterdir():
         try:
@@ -64,32 +65,15 @@ def prune(directory: Path, max_bytes: int, *, keep: str | None = None) -> int:
             continue
         if path.name.startswith("."):  # _write_atomic's temporary name
             if now - stat.st_mtime > STALE_TEMP_S:
-                freed += _unlink(path, stat.st_size)
+                freed += unlink(path, stat.st_size)
             continue
         if path.suffix not in (".onnx", ".json"):
             continue
-        entry = entries.setdefault(path.stem, [0.0, 0, []])
+        entry = entries.setdefault(path.stem, Entry(path.stem, 0.0))
         if path.suffix == ".onnx":
-            entry[0] = stat.st_mtime  # a read touches the model
-        entry[1] += stat.st_size
-        entry[2].append((path, stat.st_size))
-    total = sum(size for _, size, _ in entries.values())
-    for key, (used, size, paths) in sorted(entries.items(), key=lambda kv: kv[1][0]):
-        if total <= max_bytes:
-            break
-        if key == keep or now - used < IN_USE_S:
-            continue
-        freed += sum(_unlink(path, bytes_) for path, bytes_ in paths)
-        total -= size
-    return freed
-
-
-def _unlink(path: Path, size: int) -> int:
-    try:
-        path.unlink()
-        return size
-    except FileNotFoundError:  # another worker pruned it first
-        return 0
+            entry.last_used = stat.st_mtime  # a read touches the model
+        entry.files.append((path, stat.st_size))
+    return freed + evict(entries.values(), max_bytes, now=now, in_use_s=IN_USE_S, keep=keep)
 
 
 def load(directory: Path, key: str) -> PreparedModel | None:
