@@ -16,6 +16,7 @@ _SLICE = "strided_slice"  # what LegalizeOps names an ONNX Slice
 _BLOCKED_DATA = re.compile(r"NCHW\d+c")  # channels in blocks: conv2d_NCHWc's layouts
 _BLOCKED_KERNEL = re.compile(r"OIHW\d+i\d+o")
 _DEPTHWISE_KERNEL = re.compile(r"OIHW1i\d+o")
+_WINDOW_INSIDE_KERNEL = re.compile(r"OI\d+iHW\d+o")  # conv_layout's for windows over 1x1
 
 # TVM's OpPatternKind, as AnnotateTIROpPattern stores it on PrimFuncs.
 ELEMWISE, BROADCAST, INJECTIVE, REDUCE, OUT_EWISE, TUPLE, OPAQUE = 0, 1, 2, 3, 4, 7, 8
@@ -150,6 +151,21 @@ def fast_math_legalization() -> dict:
                 out_dtype,
                 primfunc_name_hint="conv2d",
             )
+        if (
+            blocked
+            and int(attrs.groups) == 1
+            and _WINDOW_INSIDE_KERNEL.fullmatch(str(attrs.kernel_layout))
+        ):
+            return bb.call_te(
+                _conv_window_inside,
+                call.args[0],
+                call.args[1],
+                [int(v) for v in attrs.strides],
+                [int(v) for v in attrs.padding],
+                [int(v) for v in attrs.dilation],
+                out_dtype,
+                primfunc_name_hint="conv2d",
+            )
         return conv_default(bb, call)
 
     return {
@@ -187,6 +203,47 @@ def _depthwise_blocked(data, kernel, strides, padding, dilation, out_dtype):
             axis=[kh, kw],
         ),
         name="depthwise_conv2d_NCHWc",
+    )
+
+
+def _conv_window_inside(data, kernel, strides, padding, dilation, out_dtype):
+    """Dense conv in channel blocks, its kernel ``OI{i}iHW{o}o``: TOPI's ``conv2d_NCHWc``
+    with the window inside the input-channel block, so one input channel's window of
+    weights lies in one run (``OIHW{i}i{o}o`` puts its positions a whole block apart: 4 KB
+    in blocks of 32, every one in the same L1 set). See ``conv_layout._conv_layouts``."""
+    from tvm import te, tirx, topi
+
+    batch, _, height, width, in_block = (int(d) for d in data.shape)
+    out_chunks, in_chunks, _, kernel_h, kernel_w, out_block = (int(d) for d in kernel.shape)
+    top, left, bottom, right = padding
+    padded = data
+    if top or left or bottom or right:
+        padded = topi.nn.pad(data, (0, 0, top, left, 0), (0, 0, bottom, right, 0), name="data_pad")
+    dilated_h = (kernel_h - 1) * dilation[0] + 1
+    dilated_w = (kernel_w - 1) * dilation[1] + 1
+    out_h = (height + top + bottom - dilated_h) // strides[0] + 1
+    out_w = (width + left + right - dilated_w) // strides[1] + 1
+    ic = te.reduce_axis((0, in_chunks * in_block), name="ic")
+    kh = te.reduce_axis((0, kernel_h), name="kh")
+    kw = te.reduce_axis((0, kernel_w), name="kw")
+    div, mod = tirx.indexdiv, tirx.indexmod
+    return te.compute(
+        (batch, out_chunks, out_h, out_w, out_block),
+        lambda n, oc_chunk, oh, ow, oc_block: te.sum(
+            padded[
+                n,
+                div(ic, in_block),
+                oh * strides[0] + kh * dilation[0],
+                ow * strides[1] + kw * dilation[1],
+                mod(ic, in_block),
+            ].astype(out_dtype)
+            * kernel[oc_chunk, div(ic, in_block), mod(ic, in_block), kh, kw, oc_block].astype(
+                out_dtype
+            ),
+            axis=[ic, kh, kw],
+        ),
+        name="conv2d_NCHWc",
+        tag="conv2d_NCHWc",
     )
 
 

@@ -302,6 +302,59 @@ def test_weight_bound_products_read_their_weights_in_panels(
     np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
 
 
+def _mlp_epilogue(rows, k, n, seed=0):
+    """``x @ W + b``, GELU in its Erf form (as torch.onnx writes it), plus a residual."""
+    rng = np.random.default_rng(seed)
+    w = onnx.numpy_helper.from_array((rng.standard_normal((k, n)) * 0.05).astype("float32"), "w")
+    b = onnx.numpy_helper.from_array(rng.standard_normal(n).astype("float32"), "b")
+    consts = [
+        onnx.numpy_helper.from_array(np.array(v, "float32"), name)
+        for name, v in (("s2", 2**0.5), ("one", 1.0), ("half", 0.5))
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
+        helper.make_node("Add", ["b", "m"], ["h"], name="bias"),
+        helper.make_node("Div", ["h", "s2"], ["d"], name="div"),
+        helper.make_node("Erf", ["d"], ["e"], name="erf"),
+        helper.make_node("Add", ["e", "one"], ["e1"], name="add1"),
+        helper.make_node("Mul", ["h", "e1"], ["g"], name="mul"),
+        helper.make_node("Mul", ["g", "half"], ["gelu"], name="mulhalf"),
+        helper.make_node("Add", ["gelu", "r"], ["y"], name="residual"),
+    ]
+    return _model(nodes, [("x", [1, rows, k]), ("r", [1, rows, n])], "y", [w, b, *consts])
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "n", "panels"),
+    [
+        (50, 192, 768, (24, 192, 32)),  # ViT's MLP: packed, its epilogue in its kernel
+        (64, 1024, 256, (8, 1024, 32)),  # over 1 MB
+        (197, 768, 192, None),  # narrow: its [K, N] tile was faster (0.28 against 0.37 ms)
+        (16, 128, 512, None),  # few rows, small weight: left as it is
+    ],
+)
+def test_a_panel_products_epilogue_stays_in_its_kernel(rows, k, n, panels, tmp_path):
+    """The bias, the GELU and the residual after a panel product move before its reshape
+    back to ``[rows, N]``, so they stay in the product's kernel (one pass over the output
+    instead of two)."""
+    model = _mlp_epilogue(rows, k, n)
+    result = compile_model(
+        model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False)
+    )
+    shapes = _param_shapes(tmp_path)
+    if panels is None:
+        assert not any(len(s) == 3 for s in shapes), shapes
+    else:
+        assert panels in shapes, shapes
+    computing = [k for k in result.kernels if not k.func.startswith("fused_reshape")]
+    assert len(computing) == 1, [(k.func, k.nodes) for k in result.kernels]
+    assert {"fc", "erf", "residual"} <= set(computing[0].nodes), computing[0].nodes
+    compiled = CompiledModel(tmp_path / "artifact", threads=2)
+    feeds = compiled.example_inputs(3)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("rows", "panels"), [(1, (3, 1024, 128)), (128, (12, 1024, 32))])
 def test_a_product_that_is_the_models_output_is_packed_or_left_alone(rows, panels, tmp_path):
     """GPT-2's lm_head: the product is the graph's output, and the rewrite is handed the
