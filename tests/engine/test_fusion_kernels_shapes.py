@@ -355,6 +355,37 @@ def test_a_panel_products_epilogue_stays_in_its_kernel(rows, k, n, panels, tmp_p
     np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
 
 
+def test_an_op_that_varies_along_the_rows_stays_after_the_panel_products_reshape(tmp_path):
+    """Only operands constant along the rows (a bias, a scalar) or of the product's own
+    shape move onto its ``[rows, N / t, t]`` form: a per-row scale ``[1, rows, 1]`` stays
+    where it was, and the result is still the model's."""
+    rng = np.random.default_rng(1)
+    w = onnx.numpy_helper.from_array(
+        (rng.standard_normal((192, 768)) * 0.05).astype("float32"), "w"
+    )
+    b = onnx.numpy_helper.from_array(rng.standard_normal(768).astype("float32"), "b")
+    model = _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="fc"),
+            helper.make_node("Add", ["m", "b"], ["h"], name="bias"),
+            helper.make_node("Mul", ["h", "s"], ["y"], name="row_scale"),
+        ],
+        [("x", [1, 50, 192]), ("s", [1, 50, 1])],
+        "y",
+        [w, b],
+    )
+    result = compile_model(
+        model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False)
+    )
+    assert (24, 192, 32) in _param_shapes(tmp_path)
+    product = next(k for k in result.kernels if "einsum" in k.func)
+    assert "fc" in product.nodes and "row_scale" not in product.nodes, product.nodes
+    compiled = CompiledModel(tmp_path / "artifact", threads=2)
+    feeds = compiled.example_inputs(4)
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("rows", "panels"), [(1, (3, 1024, 128)), (128, (12, 1024, 32))])
 def test_a_product_that_is_the_models_output_is_packed_or_left_alone(rows, panels, tmp_path):
     """GPT-2's lm_head: the product is the graph's output, and the rewrite is handed the
