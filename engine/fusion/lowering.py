@@ -111,62 +111,37 @@ def fast_math_legalization() -> dict:
 
     def conv2d(bb, call):
         # Channel blocks (engine.fusion.conv_layout): TOPI's NCHWc conv, and a depthwise
-        # one of our own; LegalizeOps handles neither.
+        # one and a window-inside one of our own; LegalizeOps handles none of them.
         attrs = call.attrs
         blocked = _BLOCKED_DATA.fullmatch(str(attrs.data_layout)) and _BLOCKED_DATA.fullmatch(
             str(attrs.out_layout)
         )
+        if not blocked:
+            return conv_default(bb, call)
         out_dtype = str(attrs.out_dtype)
         if out_dtype in ("", "None", "void"):
             out_dtype = str(call.ty.dtype)
-        if (
-            blocked
-            and int(attrs.groups) > 1
-            and _DEPTHWISE_KERNEL.fullmatch(str(attrs.kernel_layout))
-        ):
-            return bb.call_te(
-                _depthwise_blocked,
-                call.args[0],
-                call.args[1],
-                [int(v) for v in attrs.strides],
-                [int(v) for v in attrs.padding],
-                [int(v) for v in attrs.dilation],
-                out_dtype,
-                primfunc_name_hint="depthwise_conv2d",
-            )
-        if (
-            blocked
-            and int(attrs.groups) == 1
-            and _BLOCKED_KERNEL.fullmatch(str(attrs.kernel_layout))
-        ):
-            return bb.call_te(
-                topi.nn.conv2d_NCHWc,
-                call.args[0],
-                call.args[1],
-                [int(v) for v in attrs.strides],
-                [int(v) for v in attrs.padding],
-                [int(v) for v in attrs.dilation],
-                str(attrs.data_layout),
-                str(attrs.out_layout),
-                out_dtype,
-                primfunc_name_hint="conv2d",
-            )
-        if (
-            blocked
-            and int(attrs.groups) == 1
-            and _WINDOW_INSIDE_KERNEL.fullmatch(str(attrs.kernel_layout))
-        ):
-            return bb.call_te(
-                _conv_window_inside,
-                call.args[0],
-                call.args[1],
-                [int(v) for v in attrs.strides],
-                [int(v) for v in attrs.padding],
-                [int(v) for v in attrs.dilation],
-                out_dtype,
-                primfunc_name_hint="conv2d",
-            )
-        return conv_default(bb, call)
+        kernel_layout, groups = str(attrs.kernel_layout), int(attrs.groups)
+        if groups > 1 and _DEPTHWISE_KERNEL.fullmatch(kernel_layout):
+            compute, layouts, hint = _depthwise_blocked, [], "depthwise_conv2d"
+        elif groups == 1 and _BLOCKED_KERNEL.fullmatch(kernel_layout):
+            compute, hint = topi.nn.conv2d_NCHWc, "conv2d"
+            layouts = [str(attrs.data_layout), str(attrs.out_layout)]
+        elif groups == 1 and _WINDOW_INSIDE_KERNEL.fullmatch(kernel_layout):
+            compute, layouts, hint = _conv_window_inside, [], "conv2d"
+        else:
+            return conv_default(bb, call)
+        return bb.call_te(
+            compute,
+            call.args[0],
+            call.args[1],
+            [int(v) for v in attrs.strides],
+            [int(v) for v in attrs.padding],
+            [int(v) for v in attrs.dilation],
+            *layouts,
+            out_dtype,
+            primfunc_name_hint=hint,
+        )
 
     return {
         "relax.nn.conv2d": conv2d,

@@ -252,8 +252,8 @@ def _bound(expr, builder, relax):
 
 
 def _op_name(expr) -> str | None:
-    op = getattr(expr, "op", None)
-    return str(getattr(op, "name", "")) or None if op is not None else None
+    name = getattr(getattr(expr, "op", None), "name", None)
+    return str(name) if name else None
 
 
 def _static_shape(expr) -> list[int] | None:
