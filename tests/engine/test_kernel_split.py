@@ -219,6 +219,50 @@ def test_no_split_is_built_when_no_kernel_would_move(save, tmp_path, monkeypatch
     assert data["backend"] == "tvm"
 
 
+def test_kernel_times_adding_up_to_more_than_a_plain_run_are_scaled_down_to_it():
+    from engine.fusion.kernel_split import scaled_to
+
+    assert scaled_to({("a", 0): 300.0, ("b", 0): 100.0}, 200.0) == {
+        ("a", 0): 150.0,
+        ("b", 0): 50.0,
+    }
+    # times adding up to less than the plain run (it holds the VM too) stay as they are
+    assert scaled_to({("a", 0): 30.0}, 200.0) == {("a", 0): 30.0}
+    assert scaled_to({}, 200.0) == {}
+
+
+def test_the_instruments_overhead_does_not_reach_the_split_plan(save, tmp_path, monkeypatch):
+    """The real build and its real plain runs, with an instrument that reads every kernel
+    1000 times slower than it ran: the kernels the split prices add up to about a plain
+    run of their segment, not to what the instrument read."""
+    from test_fusion_compile import conv_relu_conv
+
+    import engine.fusion.kernel_split as split
+    from engine.fusion import CompileConfig, compile_model
+
+    real, read = split.kernel_times_us, []
+
+    def inflated(vm, run, kernels, runs=3):
+        times = {key: us * 1000 for key, us in real(vm, run, kernels, runs).items()}
+        read.append(sum(times.values()))
+        return times
+
+    monkeypatch.setattr(split, "kernel_times_us", inflated)
+    monkeypatch.setattr(
+        split,
+        "onnxruntime_node_times",
+        lambda model, *a, **k: {n.name: None for n in model.graph.node},
+    )
+    _whole_model_wins(monkeypatch)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)
+    ).to_dict()
+    priced = data["kernel_split"]
+    assert len(read) == 1 and read[0] > 0
+    assert 0 < priced["tvm_us"] <= read[0] / 20
+    assert "scaled to add up to a plain run's median" in priced["method"]
+
+
 def test_shape_inference_without_the_weights_infers_what_onnx_infers():
     import numpy as np
     import onnx
