@@ -62,7 +62,7 @@ def _evaluate(model, fallback, spec: TargetSpec) -> tuple[int, int, list]:
         if seg.backend != delegate.TVM:
             continue
         imported = import_onnx(seg.model, {}, dtypes(seg.model))
-        f = fuse_segment(imported, spec.tvm_target(), node_order)
+        f = fuse_segment(imported, spec.tvm_target(), node_order, weights=False)
         count += len(f.calls)
         traffic += plan.traffic(f.calls)
         fused.append(f)

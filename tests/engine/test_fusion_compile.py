@@ -128,6 +128,29 @@ def test_artifact_holds_library_params_manifest_runner_and_onnx(conv_build):
     assert set(manifest["files"]) <= set(data["artifact_files"])
 
 
+@pytest.mark.parametrize("layout", ["nchw", "blocked"])
+def test_counting_kernels_without_the_weights_finds_the_kernels_a_build_gets(layout):
+    """The fusion rules' trials fuse without computing the prepared weights: the same
+    kernels, the same traffic, and no weights held."""
+    from engine.fusion import plan
+    from engine.fusion.build import fuse_segment
+    from engine.fusion.importer import import_onnx
+    from engine.fusion.preparation import dtypes
+    from engine.fusion.target import resolve_target
+
+    model = conv_relu_conv()
+    target = resolve_target("host", 1).tvm_target()
+    order = [n.name for n in model.graph.node]
+    fused = [
+        fuse_segment(import_onnx(model, {}, dtypes(model)), target, order, layout, weights=w)
+        for w in (True, False)
+    ]
+    with_weights, counted = fused
+    assert [c.func for c in counted.calls] == [c.func for c in with_weights.calls]
+    assert plan.traffic(counted.calls) == plan.traffic(with_weights.calls) > 0
+    assert with_weights.imported.params and not counted.imported.params
+
+
 def test_unsupported_op_runs_in_onnxruntime_and_is_reported(save, tmp_path):
     result = compile_model(save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "o"), **FAST))
     data = result.to_dict()
