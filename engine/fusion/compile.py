@@ -240,6 +240,7 @@ def compile_model(
                 layout = NCHW
                 layout_choice = {"chosen": NCHW, "checked": False, "reason": f"blocked: {e}"}
                 fused = fuse_all(segments, spec, node_order, layout)
+            clock.lap("fuse")
             report(0.3, "fusion planned")
             if tuning is None and not tune_after_layout:
                 tuning, tuned, check_key = _tune(
@@ -247,15 +248,16 @@ def compile_model(
                 )
                 clock.lap("tuning")
             built = build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
+            clock.lap("build")
             break
         except SegmentFailed as failed:
+            clock.lap("build")
             # TVM imported the segment but could not compile it: onnxruntime runs it.
             for name in failed.segment.nodes:
                 fallback[name] = f"TVM could not compile its segment: {failed.reason}"
             report(0.3, f"segment {failed.segment.index} falls back to onnxruntime")
     else:
         raise UnsupportedModelError("TVM failed to compile segment after segment")
-    clock.lap("build")
     inputs = input_specs(original, model_inputs)
 
     artifact_threads = 0  # the target's; onnxruntime alone gets its best setting
@@ -570,7 +572,8 @@ class _Clock:
         self.laps: dict[str, float] = {}
 
     def lap(self, name: str) -> None:
+        """Seconds since the last lap, added to ``name``'s (a step done again adds up)."""
         now = time.perf_counter()
-        self.laps[name] = round(now - self.last, 3)
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.last, 3)
         self.laps["total"] = round(now - self.started, 3)
         self.last = now
