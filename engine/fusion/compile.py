@@ -9,6 +9,7 @@ same inputs with the same threads: outputs, whole-model latency and per-kernel t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -531,9 +532,28 @@ def _check_key(tuned, model_sha256: str, fallback: dict, config: CompileConfig) 
 
 
 def _build_text(model_sha256: str, fallback: dict, config: CompileConfig) -> str:
-    """The model and how it was compiled, for the store's whole-model entries."""
-    build = [model_sha256, *sorted(fallback), *config.rules, *map(str, config.input_shapes.items())]
+    """The model and how it was compiled, for the store's whole-model entries (the layout
+    choice, the tuned-against-default check): with the code that builds it, so a choice
+    measured on another version of our lowering and schedules is measured again."""
+    build = [
+        model_sha256,
+        *sorted(fallback),
+        *config.rules,
+        *map(str, config.input_shapes.items()),
+        f"code {code_version()}",
+    ]
     return "\n".join(build)
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of the compile stage's source (``engine/fusion``): what shapes a build."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _stored_layout(store, spec, config: CompileConfig, model_sha256: str, fallback: dict):

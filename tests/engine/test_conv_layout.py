@@ -419,6 +419,13 @@ def test_a_second_compile_takes_the_layout_its_store_holds(tmp_path, monkeypatch
     third = compile_into("c").conv_layout
     assert third["checked"] and "stored" not in third and len(timed) == 2
 
+    # a choice measured with another version of the compile stage's code is not taken
+    from engine.fusion import compile as compile_module
+
+    monkeypatch.setattr(compile_module, "code_version", lambda: "another version")
+    fourth = compile_into("d").conv_layout
+    assert fourth["checked"] and "stored" not in fourth and len(timed) == 3
+
 
 def _conv_norm_conv(norm: str, channels=32, size=8):
     """A conv, an operator whose TVM layout rule cannot take channel blocks (a layer norm
