@@ -214,7 +214,16 @@ def compile_model(
     fallback = find_fallback(model, report)
     clock.lap("import")
     report(0.15, f"{len(fallback)} nodes fall back to onnxruntime")
-    model, fusion, origin = plan_rules(model, fallback, spec, config.rules, origin, report)
+    for _ in range(MAX_FALLBACK_ROUNDS):
+        try:
+            model, fusion, origin = plan_rules(model, fallback, spec, config.rules, origin, report)
+            break
+        except SegmentFailed as failed:  # TVM imported it but cannot fuse it: onnxruntime
+            for name in failed.segment.nodes:
+                fallback[name] = f"TVM could not compile its segment: {failed.reason}"
+            report(0.15, f"a segment of {len(failed.segment.nodes)} nodes falls back")
+    else:
+        raise UnsupportedModelError("TVM failed to compile segment after segment")
     clock.lap("fusion_plan")
 
     node_order = [n.name for n in model.graph.node]

@@ -6,13 +6,17 @@ from __future__ import annotations
 from engine.errors import EngineError
 from engine.fusion import delegate, plan, rules
 from engine.fusion.build import fuse_segment, unfused_calls
+from engine.fusion.conv_layout import LayoutUnsupported
 from engine.fusion.importer import NodeImportError, import_onnx
 from engine.fusion.preparation import dtypes
+from engine.fusion.segment_builds import SegmentFailed, failure_reason
 from engine.fusion.target import TargetSpec
 
 
 def plan_rules(model, fallback, spec, names, origin, report):
-    """Stages: unfused, FuseOps, then each of our rules, kept if it does not make it worse."""
+    """Stages: unfused, FuseOps, then each of our rules, kept if it does not make it worse.
+    A segment TVM cannot fuse as it is raises :class:`SegmentFailed` (the compile hands it
+    to onnxruntime); a rule whose result TVM cannot fuse is rejected."""
     fusion = plan.FusionPlan()
     count, traffic, fused = _evaluate(model, fallback, spec)
     node_order = [n.name for n in model.graph.node]
@@ -34,7 +38,7 @@ def plan_rules(model, fallback, spec, names, origin, report):
             continue
         try:
             new_count, new_traffic, _ = _evaluate(candidate, fallback, spec)
-        except NodeImportError as e:
+        except (NodeImportError, SegmentFailed) as e:
             fusion.stages.append(
                 plan.FusionStage(name, count, traffic, False, len(rewrites), f"rejected: {e}")
             )
@@ -62,7 +66,12 @@ def _evaluate(model, fallback, spec: TargetSpec) -> tuple[int, int, list]:
         if seg.backend != delegate.TVM:
             continue
         imported = import_onnx(seg.model, {}, dtypes(seg.model))
-        f = fuse_segment(imported, spec.tvm_target(), node_order, weights=False)
+        try:
+            f = fuse_segment(imported, spec.tvm_target(), node_order, weights=False)
+        except (EngineError, LayoutUnsupported):
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM raises its own errors
+            raise SegmentFailed(seg, failure_reason(e)) from e
         count += len(f.calls)
         traffic += plan.traffic(f.calls)
         fused.append(f)

@@ -151,6 +151,34 @@ def test_counting_kernels_without_the_weights_finds_the_kernels_a_build_gets(lay
     assert with_weights.imported.params and not counted.imported.params
 
 
+def test_a_segment_tvm_imports_but_cannot_fuse_falls_back_before_the_fusion_plan(
+    save, tmp_path, monkeypatch
+):
+    """TVM imports the segment after Celu and then fails in its lowering (an unbound
+    dimension in GPT-2's raw export did: emit_te's AssertionError): the segment runs in
+    onnxruntime, with the reason, and the rest still compiles."""
+    import engine.fusion.rule_trials as trials
+
+    real = trials.fuse_segment
+
+    def failing(imported, *args, **kwargs):
+        if "conv2" in str(imported.binding_nodes):
+            raise AssertionError("emit_te now only supports Tensor that has ShapeExpr shape")
+        return real(imported, *args, **kwargs)
+
+    monkeypatch.setattr(trials, "fuse_segment", failing)
+    model = conv_relu_conv("Celu")
+    data = compile_model(save(model), CompileConfig(str(tmp_path / "c"), **FAST)).to_dict()
+    reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
+    assert {"conv2", "relu2"} <= set(reasons)
+    assert reasons["conv2"] == (
+        "TVM could not compile its segment: AssertionError: emit_te now only supports "
+        "Tensor that has ShapeExpr shape"
+    )
+    assert data["backend"] == "mixed" and data["outputs_match"] is True
+    assert "conv1" not in reasons
+
+
 def test_unsupported_op_runs_in_onnxruntime_and_is_reported(save, tmp_path):
     result = compile_model(save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "o"), **FAST))
     data = result.to_dict()
