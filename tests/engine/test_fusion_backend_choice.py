@@ -59,9 +59,11 @@ def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why
     result = compile_model(model, CompileConfig(str(tmp_path / "c"), **CHOOSING))
     data = result.to_dict()
     assert data["backend"] == "onnxruntime" and data["tvm_nodes"] == 0
-    # onnxruntime on the upload ships (the prepared model in onnxruntime was not faster,
-    # and the timing says what it gave), or the prepared model measured faster and ships
-    assert data["onnxruntime_as_uploaded"] == ("mix" in data["timing"])
+    # With no TVM kernel left, onnxruntime on the upload ships, however the prepared model
+    # timed in onnxruntime (the same runtime on the same work: a gap is noise); the timing
+    # says what the prepared model gave.
+    assert data["onnxruntime_as_uploaded"] is True and "mix" in data["timing"]
+    assert data["speed_vs_onnxruntime"] == 1.0
     assert len(data["backend_choice"]) == 2
     for choice in data["backend_choice"]:
         assert (choice["tvm_ms"], choice["onnxruntime_ms"]) == (10, 1)
