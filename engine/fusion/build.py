@@ -96,13 +96,7 @@ def pretransform_weights(
         fields = returned.fields if isinstance(returned, relax.TupleType) else [returned]
         if not all(isinstance(t, relax.TensorType) for t in fields):
             return imported  # as below: a shape computed from weights stays in main
-        lifted = tvm.IRModule(
-            {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main_transform_params"}
-        )
-        lifted = restore_names(imported.mod["main"], lifted)
-        return ImportedModule(
-            lifted, {}, imported.input_names, imported.binding_nodes, imported.folded_nodes
-        )
+        return _lifted(imported, mod, {})
     transform = tvm.IRModule({"main_transform_params": mod["main_transform_params"]})
     vm = relax.VirtualMachine(tvm.compile(transform, tvm.target.Target("llvm")), tvm.cpu())
     device = tvm.cpu()
@@ -110,7 +104,14 @@ def pretransform_weights(
     outputs = vm["main_transform_params"](inputs)
     if not all(hasattr(o, "numpy") for o in outputs):
         return imported  # a shape computed from weights: not a tensor to store, keep as is
-    params = {f"weight{k}": o.numpy() for k, o in enumerate(outputs)}
+    return _lifted(imported, mod, {f"weight{k}": o.numpy() for k, o in enumerate(outputs)})
+
+
+def _lifted(imported: ImportedModule, mod, params: dict) -> ImportedModule:
+    """``imported`` with ``mod``'s ``main`` (the weights' transform lifted out of it) on
+    ``params``, the transform's outputs."""
+    import tvm
+
     lifted = tvm.IRModule(
         {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main_transform_params"}
     )

@@ -219,8 +219,7 @@ def compile_model(
             model, fusion, origin = plan_rules(model, fallback, spec, config.rules, origin, report)
             break
         except SegmentFailed as failed:  # TVM imported it but cannot fuse it: onnxruntime
-            for name in failed.segment.nodes:
-                fallback[name] = f"TVM could not compile its segment: {failed.reason}"
+            _fall_back(fallback, failed)
             report(0.15, f"a segment of {len(failed.segment.nodes)} nodes falls back")
     else:
         raise UnsupportedModelError("TVM failed to compile segment after segment")
@@ -262,9 +261,7 @@ def compile_model(
             break
         except SegmentFailed as failed:
             clock.lap("build")
-            # TVM imported the segment but could not compile it: onnxruntime runs it.
-            for name in failed.segment.nodes:
-                fallback[name] = f"TVM could not compile its segment: {failed.reason}"
+            _fall_back(fallback, failed)  # TVM imported it but could not compile it
             report(0.3, f"segment {failed.segment.index} falls back to onnxruntime")
     else:
         raise UnsupportedModelError("TVM failed to compile segment after segment")
@@ -497,6 +494,12 @@ def _source_sha256(source, model: onnx.ModelProto) -> str:
     else:
         data = Path(source).read_bytes()
     return hashlib.sha256(data).hexdigest()
+
+
+def _fall_back(fallback: dict, failed: SegmentFailed) -> None:
+    """The nodes of a segment TVM could not fuse or build go to onnxruntime, with why."""
+    for name in failed.segment.nodes:
+        fallback[name] = f"TVM could not compile its segment: {failed.reason}"
 
 
 def _tuning_asked(config: CompileConfig) -> bool:

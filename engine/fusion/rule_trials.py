@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from engine.errors import EngineError
 from engine.fusion import delegate, plan, rules
-from engine.fusion.build import fuse_segment, unfused_calls
-from engine.fusion.conv_layout import LayoutUnsupported
-from engine.fusion.importer import NodeImportError, import_onnx
-from engine.fusion.preparation import dtypes
-from engine.fusion.segment_builds import SegmentFailed, failure_reason
+from engine.fusion.build import unfused_calls
+from engine.fusion.importer import NodeImportError
+from engine.fusion.segment_builds import SegmentFailed, fuse_all
 from engine.fusion.target import TargetSpec
 
 
@@ -60,19 +58,8 @@ def plan_rules(model, fallback, spec, names, origin, report):
 def _evaluate(model, fallback, spec: TargetSpec) -> tuple[int, int, list]:
     """Kernel count and traffic after FuseOps over the model's TVM segments."""
     node_order = [n.name for n in model.graph.node]
-    count = traffic = 0
-    fused = []
-    for seg in delegate.partition(model, set(fallback)):
-        if seg.backend != delegate.TVM:
-            continue
-        imported = import_onnx(seg.model, {}, dtypes(seg.model))
-        try:
-            f = fuse_segment(imported, spec.tvm_target(), node_order, weights=False)
-        except (EngineError, LayoutUnsupported):
-            raise
-        except Exception as e:  # noqa: BLE001 - TVM raises its own errors
-            raise SegmentFailed(seg, failure_reason(e)) from e
-        count += len(f.calls)
-        traffic += plan.traffic(f.calls)
-        fused.append(f)
+    segments = delegate.partition(model, set(fallback))
+    fused = list(fuse_all(segments, spec, node_order, weights=False).values())
+    count = sum(len(f.calls) for f in fused)
+    traffic = sum(plan.traffic(f.calls) for f in fused)
     return count, traffic, fused

@@ -24,18 +24,19 @@ class SegmentFailed(Exception):
 
 
 def fuse_all(
-    segments, spec: TargetSpec, node_order, conv_layout: str = NCHW
+    segments, spec: TargetSpec, node_order, conv_layout: str = NCHW, *, weights: bool = True
 ) -> dict[int, FusedSegment]:
     """FuseOps over every TVM segment, by segment index, convs in ``conv_layout``
     (:class:`LayoutUnsupported` propagates: the NCHW build stands, see
-    ``engine.fusion.conv_layout``)."""
+    ``engine.fusion.conv_layout``); ``weights=False``: to count kernels only (see
+    ``build.fuse_segment``)."""
     fused = {}
     for seg in segments:
         if seg.backend == delegate.TVM:
             imported = import_onnx(seg.model, {}, dtypes(seg.model))
             try:
                 fused[seg.index] = fuse_segment(
-                    imported, spec.tvm_target(), node_order, conv_layout
+                    imported, spec.tvm_target(), node_order, conv_layout, weights=weights
                 )
             except (EngineError, LayoutUnsupported):
                 raise

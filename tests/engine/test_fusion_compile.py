@@ -157,16 +157,16 @@ def test_a_segment_tvm_imports_but_cannot_fuse_falls_back_before_the_fusion_plan
     """TVM imports the segment after Celu and then fails in its lowering (an unbound
     dimension in GPT-2's raw export did: emit_te's AssertionError): the segment runs in
     onnxruntime, with the reason, and the rest still compiles."""
-    import engine.fusion.rule_trials as trials
+    import engine.fusion.segment_builds as builds
 
-    real = trials.fuse_segment
+    real = builds.fuse_segment
 
     def failing(imported, *args, **kwargs):
         if "conv2" in str(imported.binding_nodes):
             raise AssertionError("emit_te now only supports Tensor that has ShapeExpr shape")
         return real(imported, *args, **kwargs)
 
-    monkeypatch.setattr(trials, "fuse_segment", failing)
+    monkeypatch.setattr(builds, "fuse_segment", failing)
     model = conv_relu_conv("Celu")
     data = compile_model(save(model), CompileConfig(str(tmp_path / "c"), **FAST)).to_dict()
     reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
