@@ -35,6 +35,15 @@ _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) belo
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
 _SCHEDULED = "tir.is_scheduled"
 _MIN_SHARES = 8  # parallel shares of a tiled kernel below which its last tile loop joins
+# Steps of a lone reduction loop (a 1x1 conv's input channels, a matmul's K) unrolled per
+# iteration. One step is two weight loads, seven broadcasts and fourteen FMAs; LLVM left
+# that loop rolled, its index arithmetic (``ic // 32``, ``ic % 32``) and branch on every
+# step. Unrolled by 4, one process, rounds alternating, 2 threads, an Intel Xeon (AVX-512),
+# GFLOP/s before -> after: 1x1 convs NCHW32c 128->128 at 56x56 145 -> 163-229,
+# 512->128 at 28x28 189 -> 251, 256->512 at 56x56 stride 2 186 -> 207; matmuls [K, N]
+# 128x768x768 181 -> 206, 196x768x768 189 -> 232. A conv with a window (3x3) already
+# has a body of nine steps: unchanged (211 -> 213).
+_REDUCE_UNROLL = 4
 
 
 @dataclass(frozen=True)
@@ -181,13 +190,19 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
             outer.remove(loop)
         at = outer.index(row_o)
         outer[at:at] = sweep
+    steps = None
+    long = [loop for loop, n in zip(reduce, _extents(sch, reduce), strict=True) if n > 1]
+    if len(long) == 1 and _int(sch.get(long[0]).extent) % _REDUCE_UNROLL == 0:
+        at = reduce.index(long[0])
+        rest, steps = sch.split(long[0], [None, _REDUCE_UNROLL])
+        reduce = [*reduce[:at], rest, steps, *reduce[at + 1 :]]
     sch.reorder(*outer, *reduce, *inner, vec_i)
     sch.reverse_compute_at(writeback, outer[-1])
     _vectorize_innermost(sch, writeback, tile.vector)
     # Loop annotations first: after decompose_reduction the update block no longer
     # counts as a reduction, and TIR refuses to parallelize or vectorize around it.
     sch.vectorize(vec_i)
-    for loop in inner:
+    for loop in [*inner, *([steps] if steps is not None else [])]:
         sch.unroll(loop)
     # The last outer loop stays inside each thread's share (its tiles reuse what the
     # outer ones hold) unless the loops outside it leave too few shares to spread: a

@@ -144,6 +144,38 @@ def test_padding_keeps_the_epilogue_inside_the_output(tmp_path):
     np.testing.assert_allclose(out.numpy(), qv @ kv * 0.125, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
+    """A 1x1 conv's channel loop (a matmul's K) has the body of one step: it is unrolled
+    by 4; a conv with a window keeps its loops as they are."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.lowering import _conv_window_inside
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    data = te.placeholder((1, 2, 9, 9, 16), name="data")
+    kernel = te.placeholder((2, 2, 16, window, window, 16), name="kernel")
+    pad = window // 2
+    conv = _conv_window_inside(data, kernel, [1, 1], [pad] * 4, [1, 1], "float32")
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, kernel, conv]), CpuScheduleConfig(16))
+    assert kind == "tiled"
+    text = scheduled.script()
+    assert ("T.unroll(4)" in text) == (window == 1)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 9, 9, 16)).astype("float32")
+    w = rng.standard_normal((2, 2, 16, window, window, 16)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 2, 9, 9, 16), "float32"))
+    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)])
+    expected = np.zeros((1, 2, 9, 9, 16), "float32")
+    for kh in range(window):
+        for kw in range(window):
+            patch = xp[0, :, kh : kh + 9, kw : kw + 9, :]  # [ic chunk, h, w, ic]
+            expected[0] += np.einsum("chwi,kcio->khwo", patch, w[:, :, :, kh, kw, :])
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def _compiled(tmp_path):
     model = _attention_scores(50)
     compile_model(model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False))
