@@ -176,6 +176,47 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("to_blocks", [True, False])
+def test_a_layout_transform_is_copied_in_tiles_and_stays_exact(to_blocks):
+    """Channel blocks to NCHW and back, as relax's layout_transform writes them (loops
+    over the input, the output indexed): tiled, the vector along the written axis."""
+    import tvm
+    from tvm import relax
+
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    shape = (1, 64, 12, 20) if to_blocks else (1, 2, 12, 20, 32)
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        index_map = (
+            (lambda n, c, h, w: (n, c // 32, h, w, c % 32))
+            if to_blocks
+            else (lambda n, co, h, w, ci: (n, co * 32 + ci, h, w))
+        )
+        out = builder.emit(relax.op.layout_transform(x, index_map))
+        builder.emit_func_output(out)
+    mod = relax.transform.LegalizeOps()(builder.get())
+    func = next(f for gv, f in mod.functions.items() if gv.name_hint != "main")
+    before = func.script()
+    scheduled, kind = schedule_cpu(func, CpuScheduleConfig(16))
+    assert func.script() == before  # the schedule edits a copy, never the caller's function
+    assert kind == "parallel"
+    # the vector runs along the written axis: channels into blocks, the rows out of them
+    lanes = 16 if to_blocks else 4
+    assert f"T.vectorized(T.int64({lanes}))" in scheduled.script()
+    value = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    expected = (
+        value.reshape(1, 2, 32, 12, 20).transpose(0, 1, 3, 4, 2)
+        if to_blocks
+        else value.transpose(0, 1, 4, 2, 3).reshape(1, 64, 12, 20)
+    )
+    out = tvm.runtime.tensor(np.zeros(expected.shape, "float32"))
+    built = tvm.compile(scheduled.with_attr("global_symbol", "main"), target="llvm")
+    built(tvm.runtime.tensor(value), out)
+    np.testing.assert_array_equal(out.numpy(), expected)
+
+
 def _compiled(tmp_path):
     model = _attention_scores(50)
     compile_model(model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False))
