@@ -284,3 +284,35 @@ def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
     # timed as it runs where it ships: TVM's runtime library alone and no torch (the
     # compiler library and torch made it 400 MB)
     assert fair.peak_memory["compiled"]["peak_rss_bytes"] < 200e6
+
+
+def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, monkeypatch):
+    """Each set of rounds runs in processes of its own, one set alive at a time: one
+    process is one placement of the model in memory."""
+    from engine.fusion import fair_timing
+
+    model = conv_relu_conv()
+    compile_model(save(model), CompileConfig(str(tmp_path / "c"), **{**FAST, "measure": False}))
+    artifact = CompiledModel(tmp_path / "c" / "artifact")
+    started, alive, most = [], set(), [0]
+    real_init, real_close = fair_timing._Side.__init__, fair_timing._Side.close
+
+    def init(self, *args):
+        real_init(self, *args)
+        started.append(self.process.pid)
+        alive.add(self)
+        most[0] = max(most[0], len(alive))
+
+    def close(self):
+        alive.discard(self)
+        real_close(self)
+
+    monkeypatch.setattr(fair_timing._Side, "__init__", init)
+    monkeypatch.setattr(fair_timing._Side, "close", close)
+    fair = fair_timing.time_fairly(
+        tmp_path / "c" / "artifact", model, artifact.example_inputs(), 2, rounds=2, window_s=0.05
+    )
+    # the artifact, onnxruntime at 1 and at 2 threads: three processes per round
+    assert len(set(started)) == 6 and most[0] == 3
+    assert fair.process_sets == 2 and fair.to_dict()["process_sets"] == 2
+    assert fair.rounds == 2 and fair.latency_ms > 0 and fair.onnxruntime_latency_ms > 0

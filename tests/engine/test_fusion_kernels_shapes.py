@@ -217,6 +217,37 @@ def test_a_layout_transform_is_copied_in_tiles_and_stays_exact(to_blocks):
     np.testing.assert_array_equal(out.numpy(), expected)
 
 
+def test_a_rule_starts_from_a_fresh_copy_only_after_another_rule_edited_it(monkeypatch):
+    """Rules that give up before their first step leave the copy for the next rule; a rule
+    that edited the kernel and then failed leaves the next a fresh one."""
+    from tvm import te, topi
+
+    from engine.fusion import schedules
+
+    data = te.placeholder((1, 8, 6, 6), name="data")
+    func = te.create_prim_func([data, topi.nn.relu(data)])
+    copies = []
+    real = schedules._schedule
+    monkeypatch.setattr(schedules, "_schedule", lambda f: copies.append(1) or real(f))
+    _, kind = schedules.schedule_cpu(func, schedules.CpuScheduleConfig(16))
+    assert kind == "parallel" and len(copies) == 1  # four rules gave up without a step
+
+    def splits_then_fails(sch, config):
+        loops = sch.get_loops(schedules._blocks(sch)[0])
+        sch.split(loops[1], [None, 2])
+        raise RuntimeError("gave up halfway")
+
+    def sees_the_kernel_as_it_was(sch, config):
+        loops = sch.get_loops(schedules._blocks(sch)[0])
+        return len(loops) == 4 and schedules._edited(sch) is False
+
+    copies.clear()
+    monkeypatch.setattr(schedules, "_tiled", splits_then_fails)
+    monkeypatch.setattr(schedules, "_window", sees_the_kernel_as_it_was)
+    _, kind = schedules.schedule_cpu(func, schedules.CpuScheduleConfig(16))
+    assert kind == "window" and len(copies) == 2
+
+
 def _compiled(tmp_path):
     model = _attention_scores(50)
     compile_model(model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, measure=False))
