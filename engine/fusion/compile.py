@@ -52,6 +52,7 @@ from engine.fusion.whole_model_check import (
     blockable_in,
     choose_conv_layout,
     keep_faster,
+    start_blocked_build,
 )
 from engine.fusion.workloads import tuned_set_key
 from engine.graph.shapes import with_inferred_shapes
@@ -238,8 +239,10 @@ def compile_model(
     tune_after_layout = config.conv_layout == "auto" and store is not None
     layout = BLOCKED if config.conv_layout == BLOCKED else NCHW
     layout_choice = {"chosen": layout, "checked": False, "reason": f"asked for {layout}"}
+    blocked = None  # the blocked layout's build, on another core beside the NCHW one
     for _ in range(MAX_FALLBACK_ROUNDS):
         segments = delegate.partition(model, set(fallback))
+        stored_layout = _stored_layout(store, spec, config, model_sha256, fallback)
         try:
             try:
                 fused = fuse_all(segments, spec, node_order, layout)
@@ -249,6 +252,12 @@ def compile_model(
                 layout = NCHW
                 layout_choice = {"chosen": NCHW, "checked": False, "reason": f"blocked: {e}"}
                 fused = fuse_all(segments, spec, node_order, layout)
+            if blocked is not None:
+                blocked.cancel()  # an earlier round's, of other segments
+            if layout == NCHW:
+                blocked = start_blocked_build(
+                    segments, spec, node_order, out, config, stored_layout
+                )
             clock.lap("fuse")
             report(0.3, "fusion planned")
             if tuning is None and not tune_after_layout:
@@ -263,7 +272,13 @@ def compile_model(
             clock.lap("build")
             _fall_back(fallback, failed)  # TVM imported it but could not compile it
             report(0.3, f"segment {failed.segment.index} falls back to onnxruntime")
+        except BaseException:
+            if blocked is not None:
+                blocked.cancel()  # cancelled, or an error: nobody will wait for it
+            raise
     else:
+        if blocked is not None:
+            blocked.cancel()
         raise UnsupportedModelError("TVM failed to compile segment after segment")
     inputs = input_specs(original, model_inputs)
 
@@ -287,23 +302,29 @@ def compile_model(
             threads=artifact_threads,
         )
 
-    if config.conv_layout == "auto":
-        if not (config.measure and spec.kind == "llvm" and fused):
-            layout_choice["reason"] = "not measured (no timing, or not a CPU build)"
-        else:
-            fused, built, layout_choice = choose_conv_layout(
-                segments,
-                fused,
-                built,
-                spec,
-                node_order,
-                out,
-                config,
-                manifest,
-                report,
-                stored=_stored_layout(store, spec, config, model_sha256, fallback),
-            )
-            clock.lap("conv_layout")
+    try:
+        if config.conv_layout == "auto":
+            if not (config.measure and spec.kind == "llvm" and fused):
+                layout_choice["reason"] = "not measured (no timing, or not a CPU build)"
+            else:
+                fused, built, layout_choice = choose_conv_layout(
+                    segments,
+                    fused,
+                    built,
+                    spec,
+                    node_order,
+                    out,
+                    config,
+                    manifest,
+                    report,
+                    stored=stored_layout,
+                    started=blocked,
+                )
+                clock.lap("conv_layout")
+    finally:
+        if blocked is not None:
+            blocked.cancel()  # if the choice did not wait for it
+            shutil.rmtree(out / "artifact-blocked", ignore_errors=True)
     if tuning is None:  # after the layout choice: the chosen layout's kernels
         tuning, tuned, check_key = _tune(fused, spec, config, store, report, model_sha256, fallback)
         clock.lap("tuning")

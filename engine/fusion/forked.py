@@ -61,47 +61,83 @@ def call_forked(
     Plain ``os.fork``, not ``multiprocessing``: that refuses to start children from a
     daemonic process, which Celery's pool workers and our node-suite workers are.
     """
-    if not fork_available():
-        return fn(*args)
-    read_fd, write_fd = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(read_fd)
-        _child(write_fd, fn, args)
-    os.close(write_fd)
-    started = time.monotonic()
-    chunks: list[bytes] = []
-    status = None
-    try:
-        with os.fdopen(read_fd, "rb") as pipe:
-            while True:
-                elapsed = time.monotonic() - started
-                if elapsed >= timeout_s:
-                    raise ChildTimeout(f"did not finish in {timeout_s:g} s")
-                ready, _, _ = select.select([pipe], [], [], min(_POLL_S, timeout_s - elapsed))
-                if ready:
-                    chunk = os.read(pipe.fileno(), 1 << 20)
-                    if not chunk:  # the child closed its end: it is done
-                        break
-                    chunks.append(chunk)
-                    continue
-                if poll is not None:
-                    poll(time.monotonic() - started)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        if status is None:
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-    try:
-        kind, value = pickle.loads(b"".join(chunks))
-    except (pickle.UnpicklingError, EOFError, ValueError):
-        raise ChildFailed("crash", _exit_reason(status)) from None
-    if kind == "ok":
-        return value
-    raise ChildFailed(*value)
+    return start_forked(fn, args).result(timeout_s=timeout_s, poll=poll)
+
+
+class Pending:
+    """A call running in a forked child (see :func:`start_forked`)."""
+
+    def __init__(self, fn: Callable, args: tuple):
+        self._fn, self._args = fn, args
+        self._pid = None
+        if not fork_available():
+            return  # called in result(), here
+        self._read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(self._read_fd)
+            _child(write_fd, fn, args)
+        os.close(write_fd)
+        self._pid, self._started = pid, time.monotonic()
+
+    def result(self, *, timeout_s: float, poll: Callable[[float], None] | None = None):
+        """Wait for the call's return value; ``timeout_s`` counts from its start. Raises as
+        :func:`call_forked` does, and ends the child on any way out but its own end."""
+        if self._pid is None:
+            return self._fn(*self._args)
+        pid, started = self._pid, self._started
+        chunks: list[bytes] = []
+        status = None
+        try:
+            with os.fdopen(self._read_fd, "rb") as pipe:
+                while True:
+                    elapsed = time.monotonic() - started
+                    if elapsed >= timeout_s:
+                        raise ChildTimeout(f"did not finish in {timeout_s:g} s")
+                    ready, _, _ = select.select([pipe], [], [], min(_POLL_S, timeout_s - elapsed))
+                    if ready:
+                        chunk = os.read(pipe.fileno(), 1 << 20)
+                        if not chunk:  # the child closed its end: it is done
+                            break
+                        chunks.append(chunk)
+                        continue
+                    if poll is not None:
+                        poll(time.monotonic() - started)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            self._pid = None
+            if status is None:
+                _end(pid)
+        try:
+            kind, value = pickle.loads(b"".join(chunks))
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            raise ChildFailed("crash", _exit_reason(status)) from None
+        if kind == "ok":
+            return value
+        raise ChildFailed(*value)
+
+    def cancel(self) -> None:
+        """End the child, if it still runs: its result is not wanted."""
+        if self._pid is not None:
+            os.close(self._read_fd)
+            _end(self._pid)
+            self._pid = None
+
+
+def start_forked(fn: Callable, args: tuple) -> Pending:
+    """Start ``fn(*args)`` in a forked child and return at once: the caller goes on with
+    other work (a second build on the other core) and then asks :meth:`Pending.result`, or
+    :meth:`Pending.cancel` when the result is no longer wanted. Without fork, ``fn`` runs
+    in ``result()``."""
+    return Pending(fn, args)
+
+
+def _end(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _child(write_fd: int, fn, args) -> None:

@@ -79,7 +79,22 @@ def build_all(fused, spec: TargetSpec, staging: Path, tuned, timeout_s: float, r
     return built
 
 
+def start_build_all(fused, spec: TargetSpec, staging: Path, timeout_s: float) -> forked.Pending:
+    """:func:`build_all` (default schedules) in a forked child of its own, started now and
+    returning at once: a second build, on another core, while this process builds the
+    first (the other conv layout: DenseNet's two builds took 19 s each, one after the
+    other). Its segments' builds are forked children of that child, with their limits."""
+    return forked.start_forked(_build_quietly, (fused, spec, staging, timeout_s))
+
+
+def _build_quietly(fused, spec, staging: Path, timeout_s: float) -> dict:
+    return build_all(fused, spec, staging, None, timeout_s, lambda fraction, message: None)
+
+
 def failure_reason(e: BaseException) -> str:
-    """The error's type and last line, short enough for a report."""
+    """The error's type and last line, short enough for a report (a forked child's: the
+    type it raised there)."""
+    if isinstance(e, forked.ChildFailed):
+        return f"{e.kind}: {e}"[:300]
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]

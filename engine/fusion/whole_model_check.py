@@ -4,6 +4,7 @@ stored so that the next compile of the same model with the same tuned kernels re
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -152,8 +153,63 @@ def decided(first: list[float], second: list[float]) -> bool:
 _BLOCKED_GAIN = 0.97
 
 
+class BlockedBuild:
+    """The model fused with its convs in channel blocks, and that build running in a
+    forked child (see :func:`start_blocked_build`)."""
+
+    def __init__(self, fused, pending):
+        self.fused, self._pending = fused, pending
+
+    def result(self, config, report) -> dict:
+        """The build's segments, once it is done (raises as ``forked.call_forked``)."""
+        return self._pending.result(
+            timeout_s=config.build_timeout_s * (len(self.fused) + 1),
+            poll=lambda s: report(0.8, f"building the convs in blocks ({s:.0f} s)"),
+        )
+
+    def cancel(self) -> None:
+        self._pending.cancel()
+
+
+def start_blocked_build(segments, spec, node_order, out: Path, config, stored=None):
+    """Start the blocked layout's build on another core, to run while this process builds
+    the NCHW one: a :class:`BlockedBuild`, or None when :func:`choose_conv_layout` will not
+    want it (no blockable conv, not timed, a stored choice of NCHW) or cannot run it beside
+    (one core, no fork). A blocked fusion that fails starts nothing: the layout choice
+    then meets the same failure and says why."""
+    from engine.fusion import forked
+    from engine.fusion.conv_layout import BLOCKED, NCHW
+    from engine.fusion.segment_builds import fuse_all, start_build_all
+
+    if not (config.conv_layout == "auto" and config.measure and spec.kind == "llvm"):
+        return None
+    if not forked.fork_available() or len(os.sched_getaffinity(0)) < 2:
+        return None
+    if not blockable_in(segments, spec)[0]:
+        return None
+    earlier = stored.get() if stored else None
+    if earlier is not None and earlier["chosen"] == NCHW:
+        return None
+    try:
+        fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
+    except Exception:  # noqa: BLE001 - LayoutUnsupported, SegmentFailed: see above
+        return None
+    pending = start_build_all(fused_blocked, spec, out / "artifact-blocked", config.build_timeout_s)
+    return BlockedBuild(fused_blocked, pending)
+
+
 def choose_conv_layout(
-    segments, fused, built, spec, node_order, out: Path, config, manifest, report, stored=None
+    segments,
+    fused,
+    built,
+    spec,
+    node_order,
+    out: Path,
+    config,
+    manifest,
+    report,
+    stored=None,
+    started: BlockedBuild | None = None,
 ):
     """Build the model's convs in channel blocks too, time both builds in alternating
     rounds, check they agree, and keep the faster (see ``engine.fusion.conv_layout``).
@@ -161,9 +217,18 @@ def choose_conv_layout(
 
     ``stored``: a :class:`StoredLayout`. The choice a compile of the same model on the same
     target stored is taken without building or timing the other layout (a second compile
-    of a tuned model); a choice made here is stored."""
+    of a tuned model); a choice made here is stored. ``started``: the blocked build,
+    already under way (:func:`start_blocked_build`); the caller ends it if it is not used."""
     from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported
     from engine.fusion.segment_builds import fuse_all
+
+    def blocked_build():
+        if started is not None:
+            return started.fused, started.result(config, report)
+        fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
+        return fused_blocked, build_all(
+            fused_blocked, spec, other, None, config.build_timeout_s, report
+        )
 
     convs, lanes = blockable_in(segments, spec)
     choice = {"chosen": NCHW, "blockable_convs": convs, "block": 2 * lanes, "checked": False}
@@ -174,15 +239,13 @@ def choose_conv_layout(
     if earlier is not None:
         if earlier["chosen"] == NCHW:
             return fused, built, earlier
-        fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
-        built_blocked = build_all(fused_blocked, spec, other, None, config.build_timeout_s, report)
+        fused_blocked, built_blocked = blocked_build()
         shutil.rmtree(staging)
         other.rename(staging)
         return fused_blocked, built_blocked, earlier
     report(0.8, f"building the {convs} convs in blocks of up to {2 * lanes} channels, to compare")
     try:
-        fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
-        built_blocked = build_all(fused_blocked, spec, other, None, config.build_timeout_s, report)
+        fused_blocked, built_blocked = blocked_build()
         manifest(staging, built)
         manifest(other, built_blocked)
         models = load_pair(staging, other, spec)  # once, for the check and the timing

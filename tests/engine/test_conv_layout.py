@@ -490,3 +490,61 @@ def test_an_operator_that_refuses_blocks_runs_in_nchw_between_blocked_convs(
             measure=False,
         )
         assert compile_model(model, config).conv_layout["chosen"] == NCHW
+
+
+def test_the_blocked_build_runs_beside_the_nchw_build_and_is_the_one_compared(
+    tmp_path, monkeypatch
+):
+    """On a machine with two cores the blocked layout is built in a forked child while the
+    compile builds NCHW; the layout choice waits for that build instead of building again."""
+    import os
+
+    from engine.fusion import segment_builds, whole_model_check
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one core: the two builds run one after the other")
+    started, built_in_process = [], []
+    real_start, real_build = segment_builds.start_build_all, whole_model_check.build_all
+    monkeypatch.setattr(
+        segment_builds,
+        "start_build_all",
+        lambda *args: started.append(args[2]) or real_start(*args),
+    )
+    monkeypatch.setattr(
+        whole_model_check,
+        "build_all",
+        lambda *args: built_in_process.append(args[2]) or real_build(*args),
+    )
+    model = _convnet()
+    result = compile_model(
+        model,
+        CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2),
+    )
+    assert started == [tmp_path / "artifact-blocked"] and built_in_process == []
+    assert result.conv_layout["checked"] is True and result.outputs_match
+    assert not (tmp_path / "artifact-blocked").exists()
+    _outputs_match_onnxruntime(model, tmp_path)
+
+
+def test_a_compile_that_fails_ends_the_blocked_build_beside_it(tmp_path, monkeypatch):
+    from engine.fusion import compile as compile_module
+    from engine.fusion import whole_model_check
+
+    pendings = []
+    real_start = whole_model_check.start_blocked_build
+
+    def start(*args):
+        pending = real_start(*args)
+        pendings.append(pending)
+        return pending
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the NCHW build broke")
+
+    monkeypatch.setattr(compile_module, "start_blocked_build", start)
+    monkeypatch.setattr(compile_module, "build_all", fail)
+    with pytest.raises(RuntimeError, match="NCHW build broke"):
+        compile_model(_convnet(), CompileConfig(out_dir=str(tmp_path), choose_backends=False))
+    (pending,) = pendings
+    if pending is not None:
+        assert pending._pending._pid is None  # ended, not left building

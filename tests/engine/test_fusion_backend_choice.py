@@ -312,7 +312,8 @@ def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, 
     fair = fair_timing.time_fairly(
         tmp_path / "c" / "artifact", model, artifact.example_inputs(), 2, rounds=2, window_s=0.05
     )
-    # the artifact, onnxruntime at 1 and at 2 threads: three processes per round
-    assert len(set(started)) == 6 and most[0] == 3
+    # the artifact, onnxruntime at 1 and at 2 threads: three processes in the first set; a
+    # setting the first round showed far slower than the other is not started again
+    assert len(set(started)) == 6 - len(fair.dropped) and most[0] == 3
     assert fair.process_sets == 2 and fair.to_dict()["process_sets"] == 2
     assert fair.rounds == 2 and fair.latency_ms > 0 and fair.onnxruntime_latency_ms > 0

@@ -65,3 +65,18 @@ def test_a_cancellation_seen_while_waiting_ends_the_child():
     with pytest.raises(Cancelled):
         call_forked(hang, (), timeout_s=600, poll=poll)
     assert seen and time.monotonic() - started < 10
+
+
+def test_a_started_call_runs_beside_the_caller_and_can_be_ended():
+    from engine.fusion.forked import start_forked
+
+    started = time.monotonic()
+    pending = start_forked(add, (2, 3))
+    assert time.monotonic() - started < 5  # it returned before the child finished
+    assert pending.result(timeout_s=30)["sum"] == 5
+    hanging = start_forked(hang, ())
+    pid = hanging._pid
+    hanging.cancel()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # ended and reaped: no child left behind
+    hanging.cancel()  # twice is harmless
