@@ -98,6 +98,9 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str, c
         "onnxruntime_latency_ms": round(data["onnxruntime_latency_ms"], 4),
         "onnxruntime_ms_by_threads": timing["onnxruntime_ms_by_threads"],
         "mix_latency_ms": (timing.get("mix") or {}).get("latency_ms"),
+        # each independent timing's (artifact or mix, onnxruntime) figures: two when a
+        # close win was timed again before it shipped
+        "timings": (timing.get("mix") or timing).get("timings"),
         # as the run's headline gives it: 1.0 by construction when onnxruntime alone ships
         # (the baseline itself); the measured ratio (machine noise then) kept beside it
         "speed_vs_onnxruntime_best": round(_headline_speed(data), 3),

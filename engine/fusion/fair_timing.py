@@ -117,6 +117,63 @@ class FairTiming:
     dropped: dict[str, str] = field(default_factory=dict)
     """Sides (``onnxruntime_1``, ``compiled_1``...) no longer timed after a round showed
     them far slower than another thread setting of theirs, and why."""
+    round_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Each side's median in each round, in the order timed."""
+    parts: tuple[tuple[float, float], ...] = ()
+    """When this is several timings combined (:meth:`combined`): each one's artifact and
+    best onnxruntime figures, in ms; empty for one timing."""
+
+    @property
+    def each(self) -> list[tuple[float, float]]:
+        """(artifact ms, onnxruntime ms) of every independent timing in this one."""
+        return list(self.parts) or [(self.latency_ms, self.onnxruntime_latency_ms)]
+
+    def combined(self, other: FairTiming) -> FairTiming:
+        """This timing and ``other`` (of the same artifact and model, in processes of its
+        own) as one: each side's fastest round over both, both timings' own figures kept
+        in :attr:`parts`."""
+
+        def fastest(a: dict | None, b: dict | None) -> dict | None:
+            if a is None or b is None:
+                return a or b
+            return {k: min(a[k], b[k]) if k in b else a[k] for k in a} | {
+                k: v for k, v in b.items() if k not in a
+            }
+
+        def largest(a: dict, b: dict) -> dict:
+            return {k: {m: max(a[k][m], b[k][m]) for m in a[k]} if k in b else a[k] for k in a}
+
+        return FairTiming(
+            latency_ms=min(self.latency_ms, other.latency_ms),
+            onnxruntime_ms_by_threads=fastest(
+                self.onnxruntime_ms_by_threads, other.onnxruntime_ms_by_threads
+            ),
+            rounds=self.rounds + other.rounds,
+            runs_per_round={
+                k: min(v, other.runs_per_round.get(k, v)) for k, v in self.runs_per_round.items()
+            },
+            peak_memory=largest(self.peak_memory, other.peak_memory),
+            compiled_ms_by_threads=fastest(
+                self.compiled_ms_by_threads, other.compiled_ms_by_threads
+            ),
+            process_sets=self.process_sets + other.process_sets,
+            dropped={**other.dropped, **self.dropped},
+            round_ms={
+                k: self.round_ms.get(k, []) + other.round_ms.get(k, [])
+                for k in {**self.round_ms, **other.round_ms}
+            },
+            parts=tuple(self.each + other.each),
+        )
+
+    def decisive(self) -> bool:
+        """Every round of the artifact (at its fastest setting) and of onnxruntime (at its
+        best) at least ``DECISIVE`` times apart, so no further timing could turn it."""
+        from engine.fusion.whole_model_check import decided
+
+        compiled = self.compiled_threads
+        mine = self.round_ms.get("compiled" if compiled is None else f"compiled_{compiled}")
+        theirs = self.round_ms.get(f"onnxruntime_{self.onnxruntime_threads}")
+        return bool(mine and theirs) and decided(mine, theirs)
 
     @property
     def compiled_threads(self) -> int | None:
@@ -141,6 +198,12 @@ class FairTiming:
                 f"{self.process_sets} set(s) of fresh processes, each side's fastest "
                 "round's median; the artifact and onnxruntime each at its best thread "
                 "setting (1 or all cores), onnxruntime with default session options"
+                + (
+                    f"; {len(self.parts)} timings, one after the other, combined (a close "
+                    "win is timed again and counts only if it wins in each)"
+                    if self.parts
+                    else ""
+                )
             ),
             "latency_ms": self.latency_ms,
             "compiled_threads": self.compiled_threads,
@@ -157,6 +220,10 @@ class FairTiming:
             "runs_per_round": dict(self.runs_per_round),
             "peak_memory": {k: dict(v) for k, v in self.peak_memory.items()},
             "settings_dropped": dict(self.dropped),
+            "round_ms": {k: list(v) for k, v in self.round_ms.items()},
+            "timings": [
+                {"latency_ms": mine, "onnxruntime_latency_ms": theirs} for mine, theirs in self.each
+            ],
         }
 
 
@@ -224,6 +291,7 @@ def time_fairly(
             finally:
                 for side in sides.values():
                     side.close()
+    round_ms = {name: [x["median_ms"] for x in v] for name, v in results.items() if v}
     by_threads = None
     if "compiled" in results:
         compiled = results.pop("compiled")
@@ -254,6 +322,7 @@ def time_fairly(
         },
         compiled_ms_by_threads=by_threads,
         dropped=dropped,
+        round_ms=round_ms,
     )
 
 

@@ -149,6 +149,9 @@ def decided(first: list[float], second: list[float]) -> bool:
     return min(first) > DECISIVE * max(second) or min(second) > DECISIVE * max(first)
 
 
+BLOCKED_DIR = "artifact-blocked"
+"""Where, beside the compile's ``artifact``, the blocked conv layout is built."""
+
 # The blocked layout replaces NCHW only when the whole model runs this much faster in it.
 _BLOCKED_GAIN = 0.97
 
@@ -194,7 +197,7 @@ def start_blocked_build(segments, spec, node_order, out: Path, config, stored=No
         fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
     except Exception:  # noqa: BLE001 - LayoutUnsupported, SegmentFailed: see above
         return None
-    pending = start_build_all(fused_blocked, spec, out / "artifact-blocked", config.build_timeout_s)
+    pending = start_build_all(fused_blocked, spec, out / BLOCKED_DIR, config.build_timeout_s)
     return BlockedBuild(fused_blocked, pending)
 
 
@@ -234,7 +237,7 @@ def choose_conv_layout(
     choice = {"chosen": NCHW, "blockable_convs": convs, "block": 2 * lanes, "checked": False}
     if not convs:
         return fused, built, {**choice, "reason": "no dense conv whose channels make blocks"}
-    staging, other = out / "artifact", out / "artifact-blocked"
+    staging, other = out / "artifact", out / BLOCKED_DIR
     earlier = stored.get() if stored else None
     if earlier is not None:
         if earlier["chosen"] == NCHW:

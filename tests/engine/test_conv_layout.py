@@ -430,16 +430,18 @@ def test_a_second_compile_takes_the_layout_its_store_holds(tmp_path, monkeypatch
 def _conv_norm_conv(norm: str, channels=32, size=8):
     """A conv, an operator whose TVM layout rule cannot take channel blocks (a layer norm
     over channels and space; GoogLeNet's concat of a branch in blocks of 32 channels and
-    one in blocks of 16), or LRN as GoogLeNet has it, and a conv reading its result."""
+    one in blocks of 16), or LRN as GoogLeNet has it, and a conv reading its result. The
+    concat's 32 + 40 channels make blocks of different sizes with 8 lanes (16 and 8) and
+    with 16 (32 and 8)."""
     if norm == "LRN":
         middle = [helper.make_node("LRN", ["c0"], ["n0"], name="lrn", size=5, alpha=1e-4)]
         extra = []
-    elif norm == "Concat":  # 32 + 48 channels: blocks of 32 and of 16
+    elif norm == "Concat":  # 32 + 40 channels: blocks of different sizes
         middle = [
             helper.make_node("Conv", ["x", "wb"], ["cb"], name="branch", kernel_shape=[1, 1]),
             helper.make_node("Concat", ["c0", "cb"], ["n0"], name="concat", axis=1),
         ]
-        extra = [_weights("wb", [48, 16, 1, 1], 9)]
+        extra = [_weights("wb", [40, 16, 1, 1], 9)]
     else:
         middle = [
             helper.make_node(
@@ -457,7 +459,7 @@ def _conv_norm_conv(norm: str, channels=32, size=8):
         *middle,
         helper.make_node("Conv", ["n0", "w1"], ["y"], name="second", kernel_shape=[1, 1]),
     ]
-    joined = channels + 48 if norm == "Concat" else channels
+    joined = channels + 40 if norm == "Concat" else channels
     inits = [_weights("w0", [channels, 16, 3, 3], 0), _weights("w1", [channels, joined, 1, 1], 1)]
     return _model(nodes, [1, 16, size, size], [*inits, *extra])
 

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from test_fusion_compile import FAST, conv_relu_conv
 
 from engine.fusion import CompileConfig, compile_model, delegate
@@ -317,3 +318,110 @@ def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, 
     assert len(set(started)) == 6 - len(fair.dropped) and most[0] == 3
     assert fair.process_sets == 2 and fair.to_dict()["process_sets"] == 2
     assert fair.rounds == 2 and fair.latency_ms > 0 and fair.onnxruntime_latency_ms > 0
+
+
+def timings_in_turn(monkeypatch, *figures: tuple[float, float], rounds_apart: bool = False):
+    """The i-th whole-model timing gives the artifact ``figures[i][0]`` ms and onnxruntime
+    ``figures[i][1]``; an artifact that is onnxruntime alone gets onnxruntime's figure.
+    ``rounds_apart``: every round of the two sides that far apart (a decisive timing)."""
+    calls = []
+
+    def time_fairly(artifact_dir, *args, **kwargs):
+        manifest = json.loads((artifact_dir / MANIFEST).read_text())
+        mix_ms, onnxruntime_ms = figures[len(calls)]
+        calls.append(artifact_dir)
+        if not any(s["backend"] == "tvm" for s in manifest["segments"]):
+            mix_ms = onnxruntime_ms
+        memory = {"peak_rss_bytes": 1, "model_bytes": 1}
+        spread = [1.0, 1.01, 1.02] if rounds_apart else [1.0, 1.3, 1.6]
+        return FairTiming(
+            latency_ms=mix_ms,
+            onnxruntime_ms_by_threads={1: onnxruntime_ms},
+            rounds=3,
+            runs_per_round={"compiled": 5, "onnxruntime_1": 5},
+            peak_memory={"compiled": memory, "onnxruntime_1": memory},
+            round_ms={
+                "compiled": [mix_ms * f for f in spread],
+                "onnxruntime_1": [onnxruntime_ms * f for f in spread],
+            },
+        )
+
+    monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
+    return calls
+
+
+def test_a_close_win_that_loses_when_timed_again_ships_onnxruntime(save, tmp_path, monkeypatch):
+    timed(monkeypatch, (1.0, 10.0))  # the segment stays on TVM
+    calls = timings_in_turn(monkeypatch, (1.0, 1.2), (1.15, 1.2))  # wins, then 4%: noise
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert len(calls) == 2 and data["backend"] == "onnxruntime"
+    mix = data["timing"]["mix"]
+    assert mix["timings"] == [
+        {"latency_ms": 1.0, "onnxruntime_latency_ms": 1.2},
+        {"latency_ms": 1.15, "onnxruntime_latency_ms": 1.2},
+    ]
+    assert mix["rounds"] == 6 and "2 timings" in mix["method"]
+    reason = {f["reason"] for f in data["fallback_nodes"]}.pop()
+    assert "won the first timing (1.000 against 1.200 ms" in reason
+    assert "not when timed again in fresh processes (1.150 against 1.200 ms)" in reason
+
+
+def test_a_close_win_that_wins_again_ships_on_both_timings(save, tmp_path, monkeypatch):
+    timed(monkeypatch, (1.0, 10.0))
+    calls = timings_in_turn(monkeypatch, (1.0, 1.2), (1.05, 1.25))
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert len(calls) == 2 and data["backend"] == "tvm"
+    # each side's fastest round over both timings, both timings' own figures kept
+    assert data["latency_ms"] == 1.0 and data["onnxruntime_latency_ms"] == 1.2
+    assert [t["latency_ms"] for t in data["timing"]["timings"]] == [1.0, 1.05]
+    assert data["timing"]["round_ms"]["compiled"] == pytest.approx(
+        [1.0, 1.3, 1.6, 1.05, 1.365, 1.68]
+    )
+
+
+def test_a_decisive_win_is_timed_once(save, tmp_path, monkeypatch):
+    timed(monkeypatch, (1.0, 10.0))
+    calls = timings_in_turn(monkeypatch, (1.0, 2.0), rounds_apart=True)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert len(calls) == 1 and data["backend"] == "tvm"
+    assert data["timing"]["timings"] == [{"latency_ms": 1.0, "onnxruntime_latency_ms": 2.0}]
+
+
+def test_two_timings_combine_into_each_sides_fastest_rounds():
+    memory = {"peak_rss_bytes": 10, "model_bytes": 5}
+    first = FairTiming(
+        latency_ms=2.0,
+        onnxruntime_ms_by_threads={1: 5.0, 2: 3.0},
+        rounds=3,
+        runs_per_round={"compiled_1": 9, "onnxruntime_2": 7},
+        peak_memory={"compiled": memory, "onnxruntime_2": memory},
+        compiled_ms_by_threads={1: 2.0, 2: 2.5},
+        round_ms={"compiled_1": [2.0, 2.2], "onnxruntime_2": [3.0]},
+        process_sets=3,
+    )
+    second = FairTiming(
+        latency_ms=1.8,
+        onnxruntime_ms_by_threads={1: 6.0, 2: 2.9},
+        rounds=3,
+        runs_per_round={"compiled_1": 8, "onnxruntime_2": 9},
+        peak_memory={"compiled": {"peak_rss_bytes": 12, "model_bytes": 4}, "onnxruntime_2": memory},
+        compiled_ms_by_threads={1: 2.1, 2: 1.8},
+        round_ms={"compiled_1": [2.1], "onnxruntime_2": [2.9]},
+        process_sets=3,
+    )
+    both = first.combined(second)
+    assert both.latency_ms == 1.8 and both.compiled_threads == 2
+    assert both.onnxruntime_ms_by_threads == {1: 5.0, 2: 2.9}
+    assert both.compiled_ms_by_threads == {1: 2.0, 2: 1.8}
+    assert both.rounds == 6 and both.process_sets == 6
+    assert both.runs_per_round == {"compiled_1": 8, "onnxruntime_2": 7}
+    assert both.peak_memory["compiled"] == {"peak_rss_bytes": 12, "model_bytes": 5}
+    assert both.round_ms["compiled_1"] == [2.0, 2.2, 2.1]
+    assert both.each == [(2.0, 3.0), (1.8, 2.9)]
+    assert len(both.combined(first).each) == 3

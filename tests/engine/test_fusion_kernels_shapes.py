@@ -514,3 +514,40 @@ def test_a_product_that_is_the_models_output_is_packed_or_left_alone(rows, panel
     feeds = compiled.example_inputs(2)
     reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(compiled.run(feeds)["y"], reference, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "lanes", "registers"),
+    [
+        ("znver3", 8, 16),  # AMD EPYC Zen 3: AVX2, no AVX-512
+        ("haswell", 8, 16),
+        ("x86-64", 4, 16),  # SSE2 only
+        ("skylake-avx512", 16, 32),
+        ("sapphirerapids", 16, 32),
+    ],
+)
+def test_vector_lanes_and_registers_come_from_the_cpus_features(cpu, lanes, registers):
+    """LLVM says 512 bits for every x86 CPU with this wheel: AVX2 machines got AVX-512
+    tiles, twice as many sums as they have registers."""
+    import tvm
+
+    from engine.fusion.schedules import vector_lanes, vector_registers
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+    assert (vector_lanes(target), vector_registers(target)) == (lanes, registers)
+
+
+def test_a_tiles_sums_fit_in_the_registers_left_for_them():
+    from engine.fusion.schedules import CpuScheduleConfig, _rows_and_lanes
+
+    avx2, avx512 = CpuScheduleConfig(8, vector_registers=16), CpuScheduleConfig(16)
+    # (span, extent, lanes, width, grouped) -> (lanes, rows)
+    assert _rows_and_lanes(128, 128, 16, 8, False, avx2) == (16, 4)  # 8 sums, not 16
+    assert _rows_and_lanes(56, 56, 16, 8, False, avx2) == (16, 4)
+    # seven columns: 7 rows of one register, not an imperfect 6 rows of two
+    assert _rows_and_lanes(7, 7, 16, 8, False, avx2) == (8, 7)
+    assert _rows_and_lanes(13, 13, 16, 8, False, avx2) == (16, 6)  # no divisor: predicated
+    # AVX-512's 32 registers keep the tiles as they were: 7 or 8 rows of two registers
+    assert _rows_and_lanes(128, 128, 32, 16, False, avx512) == (32, 8)
+    assert _rows_and_lanes(56, 56, 32, 16, False, avx512) == (32, 7)
+    assert _rows_and_lanes(13, 13, 32, 16, False, avx512) == (32, 7)
