@@ -240,24 +240,28 @@ def time_fairly(
     timeout_s: float = 600.0,
     progress=None,
     process_sets: int = 3,
+    settings: tuple[int, ...] | None = None,
 ) -> FairTiming:
     """Time the artifact in ``artifact_dir`` and ``model`` in onnxruntime (1 and
     ``threads`` threads) on ``feeds``, ``rounds`` times each, alternating. Each side is a
     process of its own that loads the model once; only one of them runs at a time. The
     artifact runs on the threads its manifest names, or, with ``compiled_settings``, at
-    each of onnxruntime's settings too (its fastest is ``latency_ms``).
+    each of onnxruntime's settings too (its fastest is ``latency_ms``). ``settings``: the
+    thread counts to time both sides at, instead of 1 and ``threads`` (a second timing
+    needs only the settings the first found fastest).
 
     The rounds are shared out over ``process_sets`` sets of fresh processes, one set alive
     at a time: one process is one placement of the model in memory, and on this kind of
     machine that alone moved onnxruntime's figure from 0.85 to 1.28 ms (MobileNetV2, 2
     threads, six fresh processes); with every side's figure taken over processes as well
     as rounds, one slow process no longer decides a model's ratio."""
-    settings = sorted({1, threads})
+    only = settings is not None
+    settings = sorted(set(settings)) if only else sorted({1, threads})
     with tempfile.TemporaryDirectory(prefix="workbench-fair-") as tmp:
         model_path, feeds_path = Path(tmp) / "model.onnx", Path(tmp) / "feeds.npz"
         onnx.save(model, str(model_path))
         np.savez(feeds_path, **feeds)
-        if compiled_settings and len(settings) > 1:
+        if compiled_settings and (len(settings) > 1 or only):
             plan = {f"compiled_{t}": ("compiled", artifact_dir, t) for t in settings}
         else:  # as it ships: on the threads its manifest names
             plan = {"compiled": ("compiled", artifact_dir, 0)}

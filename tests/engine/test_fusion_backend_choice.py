@@ -285,6 +285,22 @@ def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
     # timed as it runs where it ships: TVM's runtime library alone and no torch (the
     # compiler library and torch made it 400 MB)
     assert fair.peak_memory["compiled"]["peak_rss_bytes"] < 200e6
+    # a second timing at the setting each side was fastest on: one process a side
+    again = time_fairly(
+        tmp_path / "c" / "artifact",
+        model,
+        artifact.example_inputs(),
+        2,
+        compiled_settings=True,
+        rounds=1,
+        window_s=0.1,
+        settings=(2,),
+    )
+    assert again.compiled_ms_by_threads.keys() == again.onnxruntime_ms_by_threads.keys() == {2}
+    assert set(again.round_ms) == {"compiled_2", "onnxruntime_2"}
+    both = fair.combined(again)
+    assert both.rounds == 2 and len(both.each) == 2
+    assert both.onnxruntime_ms_by_threads[1] == fair.onnxruntime_ms_by_threads[1]
 
 
 def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, monkeypatch):
@@ -329,7 +345,7 @@ def timings_in_turn(monkeypatch, *figures: tuple[float, float], rounds_apart: bo
     def time_fairly(artifact_dir, *args, **kwargs):
         manifest = json.loads((artifact_dir / MANIFEST).read_text())
         mix_ms, onnxruntime_ms = figures[len(calls)]
-        calls.append(artifact_dir)
+        calls.append(kwargs.get("settings"))
         if not any(s["backend"] == "tvm" for s in manifest["segments"]):
             mix_ms = onnxruntime_ms
         memory = {"peak_rss_bytes": 1, "model_bytes": 1}
@@ -374,7 +390,8 @@ def test_a_close_win_that_wins_again_ships_on_both_timings(save, tmp_path, monke
     data = compile_model(
         save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
     ).to_dict()
-    assert len(calls) == 2 and data["backend"] == "tvm"
+    # timed again at the thread setting each side was fastest on in the first timing
+    assert calls == [None, (1,)] and data["backend"] == "tvm"
     # each side's fastest round over both timings, both timings' own figures kept
     assert data["latency_ms"] == 1.0 and data["onnxruntime_latency_ms"] == 1.2
     assert [t["latency_ms"] for t in data["timing"]["timings"]] == [1.0, 1.05]
