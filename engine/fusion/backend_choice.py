@@ -29,6 +29,14 @@ from engine.fusion.timing import TimingConfig, time_calls
 MARGIN = 0.05
 """A segment stays on TVM unless onnxruntime is at least this much faster (the timing's
 noise on this kind of machine is a few percent)."""
+
+
+def beats(ms: float, other_ms: float) -> bool:
+    """``ms`` is faster than ``other_ms`` by :data:`MARGIN`: a segment onnxruntime runs
+    faster, an artifact faster than onnxruntime alone."""
+    return ms < other_ms * (1 - MARGIN)
+
+
 SEGMENT_TIMING = TimingConfig(min_runs=5, max_runs=200, window_s=0.3)
 DECIDE_BY = "min"
 """Each side's fastest run: other load on the machine only adds time, and a median moved
@@ -87,7 +95,7 @@ def time_segments(staging, segments, threads: int, feeds: dict) -> list[SegmentC
             ort_ms = time_calls(lambda s=session, i=inputs: s.run(None, i), SEGMENT_TIMING)[
                 DECIDE_BY
             ]
-            faster = ort_ms < tvm_ms[segment.index] * (1 - MARGIN)
+            faster = beats(ort_ms, tvm_ms[segment.index])
             choices.append(
                 SegmentChoice(
                     tuple(segment.nodes),
@@ -127,13 +135,11 @@ def same_tvm_segments(old, new) -> dict[int, int] | None:
 def mix_wins(result: dict) -> bool:
     """The mix beat onnxruntime alone by the margin a segment needs too, in every timing
     of it (a close win is timed twice: :func:`engine.fusion.measurement.measure`)."""
-    from engine.fusion.measurement import wins
-
     timing = result.get("timing")
     if not timing:
         return True  # not timed: nothing says otherwise
     each = timing.get("timings") or [timing]
-    return all(wins(t["latency_ms"], t["onnxruntime_latency_ms"]) for t in each)
+    return all(beats(t["latency_ms"], t["onnxruntime_latency_ms"]) for t in each)
 
 
 def repartition(

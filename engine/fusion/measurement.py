@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.fusion.backend_choice import beats
 from engine.fusion.fair_timing import time_fairly
 from engine.fusion.standalone import CompiledModel, example_inputs
 from engine.fusion.timing import kernel_times_us
@@ -36,7 +37,7 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
         )
 
     fair = timing(1.0 if not config.choose_backends else 0.5, 0.0)
-    if config.choose_backends and wins(*fair.each[0]) and not fair.decisive():
+    if config.choose_backends and beats(*fair.each[0]) and not fair.decisive():
         # The rounds that chose are not the figure to ship on: noise that favoured the
         # artifact in them would ship it and show as a win (LSTM's mix: 1.27x in the
         # compile, 0.85x timed again after it). A close win is timed again, in processes
@@ -53,13 +54,6 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
         "max_abs_error": errors,
         "timing": fair.to_dict(),
     }
-
-
-def wins(latency_ms: float, onnxruntime_ms: float) -> bool:
-    """The artifact beat onnxruntime by the margin a segment needs too."""
-    from engine.fusion.backend_choice import MARGIN
-
-    return latency_ms < onnxruntime_ms * (1 - MARGIN)
 
 
 def _attach_kernel_times(compiled, fused, built, kernels, feeds, runs: int) -> None:

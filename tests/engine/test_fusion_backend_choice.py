@@ -270,15 +270,20 @@ def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
     model = conv_relu_conv()
     compile_model(save(model), CompileConfig(str(tmp_path / "c"), **{**FAST, "measure": False}))
     artifact = CompiledModel(tmp_path / "c" / "artifact")
-    fair = time_fairly(
-        tmp_path / "c" / "artifact",
-        model,
-        artifact.example_inputs(),
-        2,
-        compiled_settings=True,
-        rounds=1,
-        window_s=0.1,
-    )
+
+    def time_it(**settings):
+        return time_fairly(
+            tmp_path / "c" / "artifact",
+            model,
+            artifact.example_inputs(),
+            2,
+            compiled_settings=True,
+            rounds=1,
+            window_s=0.1,
+            **settings,
+        )
+
+    fair = time_it()
     assert set(fair.compiled_ms_by_threads) == {1, 2}
     assert fair.latency_ms == min(fair.compiled_ms_by_threads.values())
     assert fair.to_dict()["compiled_threads"] in (1, 2)
@@ -286,16 +291,7 @@ def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
     # compiler library and torch made it 400 MB)
     assert fair.peak_memory["compiled"]["peak_rss_bytes"] < 200e6
     # a second timing at the setting each side was fastest on: one process a side
-    again = time_fairly(
-        tmp_path / "c" / "artifact",
-        model,
-        artifact.example_inputs(),
-        2,
-        compiled_settings=True,
-        rounds=1,
-        window_s=0.1,
-        settings=(2,),
-    )
+    again = time_it(settings=(2,))
     assert again.compiled_ms_by_threads.keys() == again.onnxruntime_ms_by_threads.keys() == {2}
     assert set(again.round_ms) == {"compiled_2", "onnxruntime_2"}
     both = fair.combined(again)
