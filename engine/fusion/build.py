@@ -13,6 +13,7 @@ from engine.fusion.importer import ImportedModule, restore_names
 from engine.fusion.lowering import KernelCall, fuse_tir, kernel_calls, lower_to_fused
 from engine.fusion.schedules import vector_lanes
 from engine.fusion.weight_panels import pack_weight_panels
+from engine.fusion.winograd import to_winograd
 from engine.fusion.workloads import workload_key, workload_module
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,9 @@ class BuiltSegment:
     library: str
     params_file: str | None  # None: built to time kernels only, no parameters written
     param_names: list[str]
-    schedules: dict[str, str]  # kernel function -> "tuned" | "tiled" | "parallel" | "none"
+    schedules: dict[
+        str, str
+    ]  # kernel function -> "tuned" | "hand-written" | "tiled" | "parallel" | "none"
     kernel_names: set[str]
     kernels_library: str | None = None  # the kernels alone (TargetSpec.kernels_library)
 
@@ -54,6 +57,8 @@ def fuse_segment(
     cannot be built)."""
     if str(target.kind.name) == "llvm":
         imported = pretransform_weights(imported, target, conv_layout, compute=weights)
+        if conv_layout == BLOCKED:
+            imported = to_winograd(imported)
     legal, fused = lower_to_fused(imported.mod, target)
     calls = kernel_calls(fused, legal, imported.binding_nodes, node_order)
     kernels, views = split_views(fused, calls)

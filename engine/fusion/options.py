@@ -35,8 +35,8 @@ class CompileOptions(StageOptions):
     conv_layout: str = option(
         "auto",
         "layout of the convolutions in the TVM build: auto builds NCHW and channel blocks "
-        "(NCHW32c on AVX-512) and keeps the faster, measured on the worker; nchw or blocked "
-        "build only that one",
+        "(NCHW32c on AVX-512; large 3x3 convs by Winograd's F(4x4, 3x3) there) and keeps "
+        "the faster, measured on the worker; nchw or blocked build only that one",
         choices=CONV_LAYOUTS,
         label="Conv layout",
     )

@@ -112,7 +112,7 @@ def tune_segments(
         mod = fuse_tir(seg.fused, target)
         modules.append((seg, mod))
         for gv, func in mod.functions.items():
-            if isinstance(func, tvm.tirx.PrimFunc):
+            if isinstance(func, tvm.tirx.PrimFunc) and not _hand_written(func):
                 wmod = workload_module(func)
                 key = workload_key(wmod)
                 workloads.setdefault(key, _Workload(key, gv.name_hint, wmod))
@@ -370,6 +370,13 @@ def _check_in_model(modules, spec, workloads, store, tkey: str, progress, timeou
             except Exception as e:  # noqa: BLE001 - the verdict stands for this compile
                 summary["store_error"] = str(e)[:200]
     return summary
+
+
+def _hand_written(func) -> bool:
+    """A kernel whose TIR is written scheduled (``winograd``): nothing for MetaSchedule."""
+    from engine.fusion.winograd import HAND_WRITTEN
+
+    return func.attrs is not None and HAND_WRITTEN in func.attrs
 
 
 def _is_prim_func(func) -> bool:

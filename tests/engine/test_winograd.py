@@ -1,0 +1,130 @@
+"""3x3 convs by Winograd's F(4x4, 3x3) in the blocked layout: the algebra, which convs take
+it, and whole models against onnxruntime's outputs (edge tiles, padding on one side, a
+conv whose output has two readers, a strided conv that stays direct)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+from onnx_builders import build
+
+from engine.fusion import CompileConfig, compile_model
+from engine.fusion.conv_layout import BLOCKED
+from engine.fusion.standalone import CompiledModel
+from engine.fusion.winograd import A_T, ALPHA, B_T, M_TILE, G, _output_transform, pays
+
+
+def _correlate(d, g):
+    """Direct 3x3 correlation of a 6x6 tile: its 4x4 valid outputs."""
+    return np.array(
+        [[np.sum(d[i : i + 3, j : j + 3] * g) for j in range(M_TILE)] for i in range(M_TILE)]
+    )
+
+
+def test_the_matrices_compute_a_tile_of_the_correlation():
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        d = rng.standard_normal((ALPHA, ALPHA))
+        g = rng.standard_normal((3, 3))
+        winograd = A_T @ ((G @ g @ G.T) * (B_T @ d @ B_T.T)) @ A_T.T
+        np.testing.assert_allclose(winograd, _correlate(d, g), rtol=1e-10, atol=1e-10)
+
+
+def test_which_convs_take_winograd():
+    """16 tiles and more, unless U per tile is more than a megabyte (weight-bound); the
+    sizes measured in ``winograd``'s table."""
+    assert pays(1, 256, 256, 14, 14) and pays(1, 512, 512, 28, 28) and pays(1, 64, 64, 224, 224)
+    assert pays(1, 128, 128, 13, 13)  # 16 tiles, the last row and column partly outside
+    assert not pays(1, 512, 512, 14, 14)  # 2.4 MB of U per tile
+    assert not pays(1, 256, 256, 8, 8) and not pays(1, 512, 512, 7, 7)  # 4 tiles
+    assert pays(4, 256, 256, 8, 8)  # a batch of 4: 16 tiles
+    assert not pays(1, 16, 64, 56, 56)  # 16 input channels
+
+
+def test_the_output_transform_counts_its_work_and_skips_edges_only_when_needed():
+    whole, flops = _output_transform((1, 2, 8, 8, 16), (2, 2))
+    assert flops > 0 and " < 8" not in whole  # 8 rows and columns: whole tiles
+    edged, _ = _output_transform((1, 2, 9, 10, 16), (3, 3), bias=True, relu=True)
+    assert "< 9" in edged and "< 10" in edged and "bias[0" in edged and "T.max(" in edged
+
+
+def _weights(name, shape, seed, scale=0.2):
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype("float32"), name)
+
+
+def _model(size=17):
+    """Eligible: ``a`` (bias, ReLU after it, output 17x17: edge tiles), ``b`` (no pad on
+    the bottom and right, no bias, its output read twice), ``d`` (pad 0). Not eligible:
+    ``s`` (stride 2) and ``t`` (too few channels and tiles)."""
+    conv = helper.make_node
+    nodes = [
+        conv("Conv", ["x", "wa", "ba"], ["ca"], name="a", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["ca"], ["ra"], name="relu_a"),
+        conv("Conv", ["ra", "wb"], ["cb"], name="b", kernel_shape=[3, 3], pads=[1, 1, 0, 0]),
+        helper.make_node("Relu", ["cb"], ["rb"], name="relu_b"),
+        helper.make_node("Add", ["cb", "rb"], ["sb"], name="twice"),
+        conv("Conv", ["sb", "wd", "bd"], ["cd"], name="d", kernel_shape=[3, 3]),
+        conv("Conv", ["cd", "ws"], ["cs"], name="s", kernel_shape=[3, 3], strides=[2, 2]),
+        conv("Conv", ["cs", "wt"], ["y"], name="t", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        _weights("wa", [64, 32, 3, 3], 0, 0.1),
+        _weights("ba", [64], 1),
+        _weights("wb", [64, 64, 3, 3], 2, 0.05),
+        _weights("wd", [32, 64, 3, 3], 3, 0.05),
+        _weights("bd", [32], 4),
+        _weights("ws", [32, 32, 3, 3], 5, 0.1),
+        _weights("wt", [8, 32, 3, 3], 6, 0.1),
+    ]
+    model = build(nodes, [("x", [1, 32, size, size])], [("y", None)], inits, opset=18)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def test_a_blocked_build_runs_3x3_convs_by_winograd_and_computes_what_onnxruntime_computes(
+    tmp_path,
+):
+    model = _model()
+    config = CompileConfig(
+        out_dir=str(tmp_path), conv_layout=BLOCKED, choose_backends=False, measure=False
+    )
+    result = compile_model(model, config)
+    assert result.backend == "tvm"
+    inputs = [k for k in result.kernels if k.func.startswith("winograd_input")]
+    outputs = [k for k in result.kernels if k.func.startswith("winograd_output")]
+    assert len(inputs) == len(outputs) == 3  # a, b and d; s (stride 2) and t stay direct
+    assert {k.schedule for k in inputs + outputs} == {"hand-written"}
+    assert all(k.flops > 0 for k in inputs + outputs)  # their work is counted, not zero
+    convs = [k for k in result.kernels if "conv2d" in k.func]
+    assert len(convs) == 2
+    covered = {n for k in result.kernels for n in k.nodes}
+    assert {"a", "b", "d", "relu_a", "s", "t"} <= covered  # every node has its kernel
+
+    compiled = CompiledModel(tmp_path / "artifact", threads=1)
+    feeds = compiled.example_inputs(3)
+    ours = compiled.run(feeds)["y"]
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("size", [13, 16])
+def test_whole_tiles_and_the_smallest_output_compute_what_onnxruntime_computes(size, tmp_path):
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], name="c", kernel_shape=[3, 3])
+    conv.attribute.extend([helper.make_attribute("pads", [1, 1, 1, 1])])
+    relu = helper.make_node("Relu", ["c"], ["y"], name="r")
+    inits = [_weights("w", [32, 32, 3, 3], 7, 0.1), _weights("b", [32], 8)]
+    model = build([conv, relu], [("x", [1, 32, size, size])], [("y", None)], inits, opset=18)
+    model = onnx.shape_inference.infer_shapes(model)
+    config = CompileConfig(
+        out_dir=str(tmp_path), conv_layout=BLOCKED, choose_backends=False, measure=False
+    )
+    result = compile_model(model, config)
+    assert any(k.func.startswith("winograd_output") for k in result.kernels)
+    compiled = CompiledModel(tmp_path / "artifact", threads=2)
+    feeds = compiled.example_inputs(1)
+    ours = compiled.run(feeds)["y"]
+    reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=2e-4)
