@@ -17,8 +17,8 @@ Networks", 2016). The conv becomes three kernels:
   channel blocks (``NCHW{o}c``), the padding at the edges skipped.
 
 The transforms are written out term by term (the matrices' zeros dropped), one vector of
-channels of one tile per step, through registers: ``_input_transform`` and
-``_output_transform`` generate their TIR.
+channels of one tile per step, through registers: ``input_transform`` and
+``output_transform`` make their TIR, from a template per kind specialized per shape.
 
 onnxruntime's MLAS has no Winograd kernel for float32 on CPUs: its 3x3 convs run direct
 (NCHWc). The multiplies saved cost memory: ``U`` is 4x the weights (36 / 9), the
@@ -184,7 +184,7 @@ def to_winograd(imported):
     values = dict(zip(weight_params, imported.params.values(), strict=False))
     weights = set(weight_params)
     epilogues = _epilogues(main, weights)
-    prim_funcs: dict = {}  # TVMScript -> GlobalVar
+    prim_funcs: dict = {}  # (kind, shapes...) -> GlobalVar
     new_weights: list[tuple] = []  # (Var, numpy or None)
     pending: dict = {}  # the epilogue's last variable -> (product, shapes, bias, relu)
     absorbed: set = set()  # epilogue bindings done inside an output transform
@@ -192,12 +192,12 @@ def to_winograd(imported):
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
-        def kernel_gv(self, source: tuple[str, int], name: str):
-            text, flops = source
-            if text not in prim_funcs:
-                func = _parse(text).with_attr(HAND_WRITTEN, True).with_attr(FLOPS, flops)
-                prim_funcs[text] = self.builder_.add_func(func, name)
-            return prim_funcs[text]
+        def kernel_gv(self, key: tuple, make, name: str):
+            if key not in prim_funcs:
+                func, flops = make(*key[1:])
+                func = func.with_attr(HAND_WRITTEN, True).with_attr(FLOPS, flops)
+                prim_funcs[key] = self.builder_.add_func(func, name)
+            return prim_funcs[key]
 
         def visit_var_binding_(self, binding):
             if binding.var in absorbed:
@@ -223,10 +223,10 @@ def to_winograd(imported):
             name = binding.var.name
             node = imported.binding_nodes.get(name)
             pads = (int(attrs.padding[0]), int(attrs.padding[1]))
-            source = _input_transform((n, cc, h, w, ci), (th, tw), pads)
+            key = ("in", (n, cc, h, w, ci), (th, tw), pads)
             v = self.builder_.emit(
                 relax.call_tir(
-                    self.kernel_gv(source, "winograd_input"),
+                    self.kernel_gv(key, input_transform, "winograd_input"),
                     [data],
                     relax.TensorType([ALPHA * ALPHA, tiles, channels], "float32"),
                 ),
@@ -247,10 +247,12 @@ def to_winograd(imported):
             return None
 
         def output_transform(self, var, m, out, tiles, bias, relu):
-            source = _output_transform(tuple(out), tiles, bias is not None, relu)
+            key = ("out", tuple(out), tiles, bias is not None, relu)
             args = [m] if bias is None else [m, self.visit_expr(bias)]
             y = relax.call_tir(
-                self.kernel_gv(source, "winograd_output"), args, relax.TensorType(out, "float32")
+                self.kernel_gv(key, output_transform, "winograd_output"),
+                args,
+                relax.TensorType(out, "float32"),
             )
             if isinstance(var, relax.DataflowVar):
                 new_var = self.builder_.emit(y, name_hint=var.name)
@@ -324,14 +326,12 @@ def _epilogues(main, weights: set) -> dict:
     return found
 
 
-@functools.lru_cache(maxsize=128)
 def _parse(text: str):
-    """The PrimFunc of a transform's TVMScript (parsing takes 0.3-0.7 s: the compile
-    stage rewrites a model several times, for its fusion rules' trials and its builds)."""
+    """The PrimFunc of a template's TVMScript."""
     import tvm.script
     from tvm.script import tirx as T
 
-    return tvm.script.from_source(text, extra_vars={"T": T})
+    return tvm.script.from_source(text, extra_vars={"T": T}, check_well_formed=False)
 
 
 def _f32(value: float) -> str:
@@ -366,121 +366,148 @@ def _combination(coefficients, terms: list[str]) -> str:
     return text
 
 
-def _with_root(lines: list[str]) -> str:
+def _with_root(head: list[str], body: list[str]) -> str:
     """The function's text with its body inside a root block (TVM's analyses expect one)."""
-    head, body = lines[:3], lines[3:]
     return "\n".join([*head, '    with T.sblock("root"):', *("    " + b for b in body)]) + "\n"
 
 
-def _indices(task: str, blocks: int, th: int, tw: int) -> dict[str, str]:
+def _indices(task: str, blocks: str, th: str, tw: str) -> dict[str, str]:
     """Expressions of a task's tile ``p`` and channel block ``c``, its batch ``n`` and its
     first row and column ``row``, ``col``. Written out in every index: bound to scalar
     variables (``LetStmt``) instead, the input transform ran 6x slower (0.167 against
     0.026 ms, 128 channels at 28x28) and the output transform 2x."""
-    p = f"{task} // {blocks}"
+    p = f"({task} // {blocks})"
     return {
         "p": p,
-        "c": f"{task} % {blocks}",
-        "n": f"{p} // {th * tw}",
-        "row": f"{p} % {th * tw} // {tw} * {M_TILE}",
-        "col": f"{p} % {tw} * {M_TILE}",
+        "c": f"({task} % {blocks})",
+        "n": f"({p} // ({th} * {tw}))",
+        "row": f"({p} % ({th} * {tw}) // {tw} * {M_TILE})",
+        "col": f"({p} % {tw} * {M_TILE})",
     }
 
 
-def _input_transform(shape, tiles, pads) -> tuple[str, int]:
-    """TVMScript of ``V[36, tiles, C] = B^T d B`` for every 6x6 input tile ``d`` of the
-    blocked input ``x[n, Cc, H, W, ci]``, zeros outside it (the conv's padding)."""
-    n, cc, h, w, ci = shape
+_INPUT_DIMS = ("n", "cc", "h", "w", "ci", "th", "tw", "top", "left")
+_OUTPUT_DIMS = ("n", "kc", "oh", "ow", "o", "th", "tw")
+
+
+def input_transform(shape, tiles, pads):
+    """``V[36, tiles, C] = B^T d B`` for every 6x6 input tile ``d`` of the blocked input
+    ``x[n, Cc, H, W, ci]``, zeros outside it (the conv's padding): the PrimFunc, and its
+    floating-point operations."""
+    n, cc, _, _, ci = shape
     th, tw = tiles
-    top, left = pads
-    count = n * th * tw
-    lines = [
+    dims = dict(zip(_INPUT_DIMS, (*shape, *tiles, *pads), strict=True))
+    flops = n * th * tw * cc * ci * 2 * ALPHA * _operations(B_T)
+    return _specialized(_input_template(), dims), flops
+
+
+def output_transform(shape, tiles, bias: bool = False, relu: bool = False):
+    """``Y = A^T M A`` for every tile, ``M[36, tiles, K]`` to the blocked output
+    ``y[n, Kc, OH, OW, o]``, a tile's rows and columns past the output's edge not written;
+    ``bias``: a per-channel ``bias[1, Kc, 1, 1, o]`` added, ``relu``: then ReLU. The
+    PrimFunc, and its floating-point operations."""
+    n, kc, _, _, o = shape
+    th, tw = tiles
+    dims = dict(zip(_OUTPUT_DIMS, (*shape, *tiles), strict=True))
+    per_tile = (ALPHA + M_TILE) * _operations(A_T) + M_TILE * M_TILE * (bias + relu)
+    return _specialized(_output_template(bias, relu), dims), n * th * tw * kc * o * per_tile
+
+
+def _specialized(template, dims: dict):
+    """``template`` with its shape parameters bound to ``dims`` (constants from here on:
+    TVM folds them into the index arithmetic). Parsing the TVMScript of each shape took
+    0.3-1 s (11 shapes: 10.9 of VGG-19's 17.8 s of fusing in blocks); a template is parsed
+    once per process, and specialized per shape."""
+    params = {p.name: p for p in template.params}
+    return template.specialize({params[name]: value for name, value in dims.items()})
+
+
+@functools.cache
+def _input_template():
+    head = [
         "@T.prim_func(private=True, s_tir=True)",
-        f"def winograd_input(x: T.Buffer(({n}, {cc}, {h}, {w}, {ci}), 'float32'), "
-        f"V: T.Buffer(({ALPHA * ALPHA}, {count}, {cc * ci}), 'float32')):",
+        "def winograd_input(x_data: T.handle, v_data: T.handle, "
+        + ", ".join(f"{d}: T.int32" for d in _INPUT_DIMS)
+        + "):",
         "    T.func_attr({'tirx.noalias': True, 'tir.is_scheduled': True})",
-        f"    for task in T.parallel({count * cc}):",
-        f"        d = T.decl_buffer(({ALPHA * ALPHA}, {ci}), 'float32', scope='local')",
-        f"        t = T.decl_buffer(({ALPHA * ALPHA}, {ci}), 'float32', scope='local')",
+        "    x = T.match_buffer(x_data, (n, cc, h, w, ci), 'float32')",
+        f"    V = T.match_buffer(v_data, ({ALPHA * ALPHA}, n * th * tw, cc * ci), 'float32')",
     ]
-    at = _indices("task", cc, th, tw)
+    body = [
+        "    for task in T.parallel(n * th * tw * cc):",
+        f"        d = T.decl_buffer(({ALPHA * ALPHA}, ci), 'float32', scope='local')",
+        f"        t = T.decl_buffer(({ALPHA * ALPHA}, ci), 'float32', scope='local')",
+    ]
+    at = _indices("task", "cc", "th", "tw")
     p, c = at["p"], at["c"]
     for r1 in range(ALPHA):
-        hh = f"{at['row']} + {r1 - top}"
+        hh = f"({at['row']} + {r1} - top)"
         for r2 in range(ALPHA):
-            ww = f"{at['col']} + {r2 - left}"
-            inside = f"0 <= {hh} and {hh} < {h} and 0 <= {ww} and {ww} < {w}"
+            ww = f"({at['col']} + {r2} - left)"
+            inside = f"0 <= {hh} and {hh} < h and 0 <= {ww} and {ww} < w"
             load = (
-                f"x[{at['n']}, {c}, T.min(T.max({hh}, 0), {h - 1}), "
-                f"T.min(T.max({ww}, 0), {w - 1}), lane]"
+                f"x[{at['n']}, {c}, T.min(T.max({hh}, 0), h - 1), "
+                f"T.min(T.max({ww}, 0), w - 1), lane]"
             )
-            lines.append(f"        for lane in T.vectorized({ci}):")
-            lines.append(
+            body.append("        for lane in T.vectorized(ci):")
+            body.append(
                 f"            d[{r1 * ALPHA + r2}, lane] = T.Select({inside}, {load}, T.float32(0))"
             )
     for a in range(ALPHA):  # t = B^T d
         for r2 in range(ALPHA):
             terms = [f"d[{r1 * ALPHA + r2}, lane]" for r1 in range(ALPHA)]
-            lines.append(f"        for lane in T.vectorized({ci}):")
-            lines.append(f"            t[{a * ALPHA + r2}, lane] = {_combination(B_T[a], terms)}")
+            body.append("        for lane in T.vectorized(ci):")
+            body.append(f"            t[{a * ALPHA + r2}, lane] = {_combination(B_T[a], terms)}")
     for a in range(ALPHA):  # V = t B
         for b in range(ALPHA):
             terms = [f"t[{a * ALPHA + r2}, lane]" for r2 in range(ALPHA)]
-            lines.append(f"        for lane in T.vectorized({ci}):")
-            lines.append(
-                f"            V[{a * ALPHA + b}, {p}, {c} * {ci} + lane] = "
+            body.append("        for lane in T.vectorized(ci):")
+            body.append(
+                f"            V[{a * ALPHA + b}, {p}, {c} * ci + lane] = "
                 f"{_combination(B_T[b], terms)}"
             )
-    return _with_root(lines), count * cc * ci * 2 * ALPHA * _operations(B_T)
+    return _parse(_with_root(head, body))
 
 
-def _output_transform(shape, tiles, bias: bool = False, relu: bool = False) -> tuple[str, int]:
-    """TVMScript of ``Y = A^T M A`` for every tile, ``M[36, tiles, K]`` to the blocked
-    output ``y[n, Kc, OH, OW, o]``; a tile's rows and columns past the output's edge are
-    not written; ``bias``: a per-channel ``bias[1, Kc, 1, 1, o]`` added, ``relu``: then
-    ReLU."""
-    n, kc, oh, ow, o = shape
-    th, tw = tiles
-    count = n * th * tw
-    lines = [
+@functools.cache
+def _output_template(bias: bool, relu: bool):
+    head = [
         "@T.prim_func(private=True, s_tir=True)",
-        f"def winograd_output(M: T.Buffer(({ALPHA * ALPHA}, {count}, {kc * o}), 'float32'), "
-        + (f"bias: T.Buffer((1, {kc}, 1, 1, {o}), 'float32'), " if bias else "")
-        + f"y: T.Buffer(({n}, {kc}, {oh}, {ow}, {o}), 'float32')):",
+        "def winograd_output(m_data: T.handle, "
+        + ("bias_data: T.handle, " if bias else "")
+        + "y_data: T.handle, "
+        + ", ".join(f"{d}: T.int32" for d in _OUTPUT_DIMS)
+        + "):",
         "    T.func_attr({'tirx.noalias': True, 'tir.is_scheduled': True})",
-        f"    for task in T.parallel({count * kc}):",
-        f"        m = T.decl_buffer(({ALPHA * ALPHA}, {o}), 'float32', scope='local')",
-        f"        s = T.decl_buffer(({M_TILE * ALPHA}, {o}), 'float32', scope='local')",
+        f"    M = T.match_buffer(m_data, ({ALPHA * ALPHA}, n * th * tw, kc * o), 'float32')",
+        *(["    bias = T.match_buffer(bias_data, (1, kc, 1, 1, o), 'float32')"] if bias else []),
+        "    y = T.match_buffer(y_data, (n, kc, oh, ow, o), 'float32')",
     ]
-    at = _indices("task", kc, th, tw)
+    body = [
+        "    for task in T.parallel(n * th * tw * kc):",
+        f"        m = T.decl_buffer(({ALPHA * ALPHA}, o), 'float32', scope='local')",
+        f"        s = T.decl_buffer(({M_TILE * ALPHA}, o), 'float32', scope='local')",
+    ]
+    at = _indices("task", "kc", "th", "tw")
     p, k = at["p"], at["c"]
     for ab in range(ALPHA * ALPHA):
-        lines.append(f"        for lane in T.vectorized({o}):")
-        lines.append(f"            m[{ab}, lane] = M[{ab}, {p}, {k} * {o} + lane]")
+        body.append("        for lane in T.vectorized(o):")
+        body.append(f"            m[{ab}, lane] = M[{ab}, {p}, {k} * o + lane]")
     for i in range(M_TILE):  # s = A^T m
         for b in range(ALPHA):
             terms = [f"m[{a * ALPHA + b}, lane]" for a in range(ALPHA)]
-            lines.append(f"        for lane in T.vectorized({o}):")
-            lines.append(f"            s[{i * ALPHA + b}, lane] = {_combination(A_T[i], terms)}")
-    for i in range(M_TILE):  # y = s A
+            body.append("        for lane in T.vectorized(o):")
+            body.append(f"            s[{i * ALPHA + b}, lane] = {_combination(A_T[i], terms)}")
+    for i in range(M_TILE):  # y = s A, where inside the output
         for j in range(M_TILE):
             terms = [f"s[{i * ALPHA + b}, lane]" for b in range(ALPHA)]
-            hh, ww = f"{at['row']} + {i}", f"{at['col']} + {j}"
-            indent = "        "
-            guards = []
-            if oh % M_TILE:
-                guards.append(f"{hh} < {oh}")
-            if ow % M_TILE:
-                guards.append(f"{ww} < {ow}")
-            if guards:
-                lines.append(f"{indent}if {' and '.join(guards)}:")
-                indent += "    "
+            hh, ww = f"({at['row']} + {i})", f"({at['col']} + {j})"
             value = _combination(A_T[j], terms)
             if bias:
                 value = f"{value} + bias[0, {k}, 0, 0, lane]"
             if relu:
                 value = f"T.max({value}, T.float32(0))"
-            lines.append(f"{indent}for lane in T.vectorized({o}):")
-            lines.append(f"{indent}    y[{at['n']}, {k}, {hh}, {ww}, lane] = {value}")
-    per_tile = (ALPHA + M_TILE) * _operations(A_T) + M_TILE * M_TILE * (bias + relu)
-    return _with_root(lines), count * kc * o * per_tile
+            body.append(f"        if {hh} < oh and {ww} < ow:")
+            body.append("            for lane in T.vectorized(o):")
+            body.append(f"                y[{at['n']}, {k}, {hh}, {ww}, lane] = {value}")
+    return _parse(_with_root(head, body))

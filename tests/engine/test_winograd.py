@@ -14,7 +14,16 @@ from onnx_builders import build
 from engine.fusion import CompileConfig, compile_model
 from engine.fusion.conv_layout import BLOCKED
 from engine.fusion.standalone import CompiledModel
-from engine.fusion.winograd import A_T, ALPHA, B_T, M_TILE, G, _output_transform, pays
+from engine.fusion.winograd import (
+    A_T,
+    ALPHA,
+    B_T,
+    M_TILE,
+    G,
+    input_transform,
+    output_transform,
+    pays,
+)
 
 
 def _correlate(d, g):
@@ -44,11 +53,17 @@ def test_which_convs_take_winograd():
     assert not pays(1, 16, 64, 56, 56)  # 16 input channels
 
 
-def test_the_output_transform_counts_its_work_and_skips_edges_only_when_needed():
-    whole, flops = _output_transform((1, 2, 8, 8, 16), (2, 2))
-    assert flops > 0 and " < 8" not in whole  # 8 rows and columns: whole tiles
-    edged, _ = _output_transform((1, 2, 9, 10, 16), (3, 3), bias=True, relu=True)
-    assert "< 9" in edged and "< 10" in edged and "bias[0" in edged and "T.max(" in edged
+def test_the_transforms_are_specialized_per_shape_and_count_their_work():
+    inputs, in_flops = input_transform((1, 2, 13, 13, 16), (4, 4), (1, 1))
+    outputs, out_flops = output_transform((1, 2, 13, 13, 16), (4, 4), bias=True, relu=True)
+    assert in_flops > 0 and out_flops > 0
+    assert [[int(d) for d in p.ty.shape] for p in outputs.params] == [
+        [36, 16, 32],
+        [1, 2, 1, 1, 16],
+        [1, 2, 13, 13, 16],
+    ]
+    assert [int(d) for d in inputs.params[0].ty.shape] == [1, 2, 13, 13, 16]
+    assert "T.int32" not in outputs.script()  # no shape parameter left
 
 
 def _weights(name, shape, seed, scale=0.2):
