@@ -36,9 +36,8 @@ class BuiltSegment:
     library: str
     params_file: str | None  # None: built to time kernels only, no parameters written
     param_names: list[str]
-    schedules: dict[
-        str, str
-    ]  # kernel function -> "tuned" | "hand-written" | "tiled" | "parallel" | "none"
+    # kernel function -> "tuned" | "hand-written" | "tiled" | "parallel" | "none"
+    schedules: dict[str, str]
     kernel_names: set[str]
     kernels_library: str | None = None  # the kernels alone (TargetSpec.kernels_library)
 

@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from engine.fusion.winograd import FLOPS
+
 _SLICE = "strided_slice"  # what LegalizeOps names an ONNX Slice
 _BLOCKED_DATA = re.compile(r"NCHW\d+c")  # channels in blocks: conv2d_NCHWc's layouts
 _BLOCKED_KERNEL = re.compile(r"OIHW\d+i\d+o")
@@ -400,8 +402,8 @@ def _bytes(ty) -> int:
 def _work(prim) -> tuple[int, int]:
     """(flops, largest reduction extent) of a PrimFunc: one flop per block instance, two
     (multiply and add) per instance of a reduction block."""
-    if prim.attrs is not None and "workbench.flops" in prim.attrs:  # a hand-written kernel
-        return int(prim.attrs["workbench.flops"]), 1
+    if prim.attrs is not None and FLOPS in prim.attrs:  # a hand-written kernel
+        return int(prim.attrs[FLOPS]), 1
     total = 0
     biggest = 1
 

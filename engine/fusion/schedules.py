@@ -32,12 +32,12 @@ import re
 from dataclasses import dataclass
 
 from engine.fusion.schedule_rows import row_reduction
+from engine.fusion.winograd import HAND_WRITTEN
 
 _MIN_ANCHOR_REDUCE = 4  # below: a reduction is not worth a register tile
 _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) below this
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
 _SCHEDULED = "tir.is_scheduled"
-_HAND_WRITTEN = "workbench.hand_written"  # engine.fusion.winograd's transforms
 _MIN_SHARES = 8  # parallel shares of a tiled kernel below which its last tile loop joins
 # Steps of a lone reduction loop (a 1x1 conv's input channels, a matmul's K) unrolled per
 # iteration. One step is two weight loads, seven broadcasts and fourteen FMAs; LLVM left
@@ -110,7 +110,7 @@ def apply_default_schedules(mod, target):
         if not isinstance(func, tvm.tirx.PrimFunc):
             continue
         if func.attrs is not None and _SCHEDULED in func.attrs and func.attrs[_SCHEDULED]:
-            kinds[gv.name_hint] = "hand-written" if _HAND_WRITTEN in func.attrs else "tuned"
+            kinds[gv.name_hint] = "hand-written" if HAND_WRITTEN in func.attrs else "tuned"
             continue
         scheduled, kind = schedule_cpu(func, config)
         kinds[gv.name_hint] = kind

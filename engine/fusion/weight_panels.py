@@ -93,7 +93,7 @@ def pack_weight_panels(mod):
         x, w = call.args
         if w not in weights and not isinstance(w, tvm.ir.GenericConst):
             return expr  # an activation: packing would cost a pass over it on every call
-        x_shape, w_shape = _static_shape(x), _static_shape(w)
+        x_shape, w_shape = static_shape(x), static_shape(w)
         if x_shape is None or w_shape is None or len(w_shape) != 2 or len(x_shape) < 1:
             return expr
         if str(w.ty.dtype) != "float32" or str(x.ty.dtype) != "float32":
@@ -167,7 +167,7 @@ def sink_panel_reshapes(main):
             ):
                 products.add(b.var)
             if _op_name(b.value) == "relax.reshape":
-                source, shape = b.value.args[0], _static_shape(b.var)
+                source, shape = b.value.args[0], static_shape(b.var)
                 if shape is not None and source in products:
                     flat[b.var] = (source, shape)
                 elif shape is not None and source in flat and _same_rows(shape, flat[source][1]):
@@ -199,12 +199,12 @@ def _moved(binding, flat, builder, relax):
     name = _op_name(value)
     if name not in _UNARY and name not in _BINARY:
         return None
-    shape = _static_shape(binding.var)
+    shape = static_shape(binding.var)
     sources = [flat[a] for a in value.args if a in flat]
     if shape is None or not sources or any(s != shape for _, s in sources):
         return None  # not on a moved value, or broadcast to another shape
-    panel_shape = _static_shape(sources[0][0])
-    if panel_shape is None or any(_static_shape(v) != panel_shape for v, _ in sources):
+    panel_shape = static_shape(sources[0][0])
+    if panel_shape is None or any(static_shape(v) != panel_shape for v, _ in sources):
         return None
     pre, args = [], []
     for a in value.args:
@@ -219,7 +219,7 @@ def _moved(binding, flat, builder, relax):
             pre += along[0]
             args.append(along[1])
     call = builder.normalize(relax.Call(value.op, args, value.attrs, value.ty_args))
-    if _static_shape(call) != panel_shape:
+    if static_shape(call) != panel_shape:
         return None
     return pre, call, shape
 
@@ -231,7 +231,7 @@ def _same_rows(shape: list[int], other: list[int]) -> bool:
 def _along_last_axis(tensor, shape, panel_shape, builder, relax):
     """``tensor`` (read broadcast to ``shape``) as read on the panel form, or None when it
     varies along other axes than the last and is not of ``shape`` itself."""
-    own = _static_shape(tensor)
+    own = static_shape(tensor)
     if own == shape:  # the same shape (a residual): read through a view of its own
         return _bound(relax.op.reshape(tensor, panel_shape), builder, relax)
     if own is None or len(own) > len(shape) or any(d != 1 for d in own[:-1]):
@@ -256,7 +256,8 @@ def _op_name(expr) -> str | None:
     return str(name) if name else None
 
 
-def _static_shape(expr) -> list[int] | None:
+def static_shape(expr) -> list[int] | None:
+    """A Relax expression's shape as ints, or None when it is not static."""
     try:
         return [int(d) for d in expr.ty.shape]
     except (TypeError, AttributeError):

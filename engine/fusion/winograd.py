@@ -35,6 +35,8 @@ import re
 
 import numpy as np
 
+from engine.fusion.weight_panels import static_shape
+
 M_TILE = 4  # output tile: F(4x4, 3x3)
 R = 3
 ALPHA = M_TILE + R - 1  # 6: the input tile
@@ -131,7 +133,7 @@ def eligible(call, weights: set) -> bool:
     data, kernel = call.args
     if kernel not in weights:
         return False
-    shapes = [_static(data), _static(kernel), _static(call)]
+    shapes = [static_shape(data), static_shape(kernel), static_shape(call)]
     if any(s is None for s in shapes):
         return False
     if any(str(e.ty.dtype) != "float32" for e in (data, kernel, call)):
@@ -155,16 +157,6 @@ def pays(batch: int, in_channels: int, out_channels: int, out_h: int, out_w: int
     )
 
 
-def _static(expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None:
-        return None
-    try:
-        return [int(d) for d in shape]
-    except TypeError:
-        return None
-
-
 def to_winograd(imported):
     """``imported`` (an ``importer.ImportedModule`` whose weights were already put in
     channel blocks) with each :func:`eligible` conv of ``main`` computed by Winograd's
@@ -183,7 +175,7 @@ def to_winograd(imported):
     weight_params = list(main.params[num_input:])
     values = dict(zip(weight_params, imported.params.values(), strict=False))
     weights = set(weight_params)
-    epilogues = _epilogues(main, weights)
+    convs = _eligible_convs(main, weights)  # conv variable -> its epilogue
     prim_funcs: dict = {}  # (kind, shapes...) -> GlobalVar
     new_weights: list[tuple] = []  # (Var, numpy or None)
     pending: dict = {}  # the epilogue's last variable -> (product, shapes, bias, relu)
@@ -204,12 +196,12 @@ def to_winograd(imported):
                 return None
             if binding.var in pending:
                 return self.output_transform(binding.var, *pending.pop(binding.var))
-            call = binding.value
-            if not (isinstance(call, relax.Call) and eligible(call, weights)):
+            if binding.var not in convs:
                 return super().visit_var_binding_(binding)
+            call = binding.value
             data, kernel, attrs = self.visit_expr(call.args[0]), call.args[1], call.attrs
-            n, cc, h, w, ci = _static(call.args[0])
-            out = _static(call)
+            n, cc, h, w, ci = static_shape(call.args[0])
+            out = static_shape(call)
             th, tw = math.ceil(out[2] / M_TILE), math.ceil(out[3] / M_TILE)
             tiles, channels, kc, o = n * th * tw, cc * ci, out[1], out[4]
             u = None
@@ -239,7 +231,7 @@ def to_winograd(imported):
             if node is not None:
                 binding_nodes[f"{name}_winograd_in"] = node
                 binding_nodes[f"{name}_winograd_product"] = node
-            chain, bias, relu = epilogues.get(binding.var, ([], None, False))
+            chain, bias, relu = convs[binding.var]
             if not chain:
                 return self.output_transform(binding.var, m, out, (th, tw), None, False)
             absorbed.update(b.var for b in chain[:-1])
@@ -279,9 +271,9 @@ def to_winograd(imported):
     )
 
 
-def _epilogues(main, weights: set) -> dict:
-    """For each conv binding's variable: the bindings after it that its output transform
-    can do (``([bindings], bias, relu)``): an ``add`` of a per-channel weight
+def _eligible_convs(main, weights: set) -> dict:
+    """For each :func:`eligible` conv binding's variable: the bindings after it that its
+    output transform can do (``([bindings], bias, relu)``): an ``add`` of a per-channel weight
     ``[1, Kc, 1, 1, o]`` (the conv's bias), then a ``relu``, each the only user of what
     it reads."""
     from tvm import relax
@@ -306,7 +298,7 @@ def _epilogues(main, weights: set) -> dict:
     for b in bindings:
         if not (isinstance(b.value, relax.Call) and eligible(b.value, weights)):
             continue
-        out = _static(b.value)
+        out = static_shape(b.value)
         chain, bias, relu = [], None, False
         add = only_user(b.var, "relax.add")
         if add is not None:
@@ -314,7 +306,7 @@ def _epilogues(main, weights: set) -> dict:
             if (
                 len(other) == 1
                 and other[0] in weights
-                and _static(other[0]) == [1, out[1], 1, 1, out[4]]
+                and static_shape(other[0]) == [1, out[1], 1, 1, out[4]]
                 and str(other[0].ty.dtype) == "float32"
             ):
                 chain, bias = [add], other[0]
@@ -422,6 +414,20 @@ def _specialized(template, dims: dict):
     return template.specialize({params[name]: value for name, value in dims.items()})
 
 
+def _left_product(matrix, source: str, target: str, lanes: str) -> list[str]:
+    """``target = matrix @ source`` over a tile of vectors held ``ALPHA`` per row in local
+    buffers: the first half of a transform ``X^T s X``, one vector statement per entry."""
+    lines = []
+    for i, row in enumerate(matrix):
+        for col in range(ALPHA):
+            terms = [f"{source}[{a * ALPHA + col}, lane]" for a in range(ALPHA)]
+            lines.append(f"        for lane in T.vectorized({lanes}):")
+            lines.append(
+                f"            {target}[{i * ALPHA + col}, lane] = {_combination(row, terms)}"
+            )
+    return lines
+
+
 @functools.cache
 def _input_template():
     head = [
@@ -453,11 +459,7 @@ def _input_template():
             body.append(
                 f"            d[{r1 * ALPHA + r2}, lane] = T.Select({inside}, {load}, T.float32(0))"
             )
-    for a in range(ALPHA):  # t = B^T d
-        for r2 in range(ALPHA):
-            terms = [f"d[{r1 * ALPHA + r2}, lane]" for r1 in range(ALPHA)]
-            body.append("        for lane in T.vectorized(ci):")
-            body.append(f"            t[{a * ALPHA + r2}, lane] = {_combination(B_T[a], terms)}")
+    body += _left_product(B_T, "d", "t", "ci")  # t = B^T d
     for a in range(ALPHA):  # V = t B
         for b in range(ALPHA):
             terms = [f"t[{a * ALPHA + r2}, lane]" for r2 in range(ALPHA)]
@@ -493,11 +495,7 @@ def _output_template(bias: bool, relu: bool):
     for ab in range(ALPHA * ALPHA):
         body.append("        for lane in T.vectorized(o):")
         body.append(f"            m[{ab}, lane] = M[{ab}, {p}, {k} * o + lane]")
-    for i in range(M_TILE):  # s = A^T m
-        for b in range(ALPHA):
-            terms = [f"m[{a * ALPHA + b}, lane]" for a in range(ALPHA)]
-            body.append("        for lane in T.vectorized(o):")
-            body.append(f"            s[{i * ALPHA + b}, lane] = {_combination(A_T[i], terms)}")
+    body += _left_product(A_T, "m", "s", "o")  # s = A^T m
     for i in range(M_TILE):  # y = s A, where inside the output
         for j in range(M_TILE):
             terms = [f"s[{i * ALPHA + b}, lane]" for b in range(ALPHA)]
