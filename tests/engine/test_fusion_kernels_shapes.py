@@ -144,6 +144,37 @@ def test_padding_keeps_the_epilogue_inside_the_output(tmp_path):
     np.testing.assert_allclose(out.numpy(), qv @ kv * 0.125, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_rows_no_tile_divides_are_padded_not_predicated(lanes):
+    """197 rows by 64 whole lanes: the rows' tile does not divide 197, so the rows are
+    padded (a predicated row guarded every step of the reduction: 2.4x slower on AVX2);
+    the bias after the product still lands exactly in the unpadded output."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    x = te.placeholder((197, 64), name="x")
+    w = te.placeholder((64, 64), name="w")
+    bias = te.placeholder((64,), name="bias")
+    r = te.reduce_axis((0, 64), "r")
+    product = te.compute((197, 64), lambda i, j: te.sum(x[i, r] * w[r, j], axis=r))
+    out_t = te.compute((197, 64), lambda i, j: product[i, j] + bias[j], name="biased")
+    config = CpuScheduleConfig(vector_lanes=lanes, vector_registers=32 if lanes == 16 else 16)
+    scheduled, kind = schedule_cpu(te.create_prim_func([x, w, bias, out_t]), config)
+    assert kind == "tiled"
+    assert "_pad" in scheduled.script()
+    built = tvm.compile(scheduled, target="llvm")
+    rng = np.random.default_rng(0)
+    xv, wv, bv = (rng.standard_normal(s).astype("float32") for s in ((197, 64), (64, 64), (64,)))
+    size = 197 * 64
+    memory = aligned(np.full(size + 4096, 7.0, dtype="float32"))
+    out = tvm.runtime.from_dlpack(memory[:size].reshape(197, 64))
+    built(*(tvm.runtime.tensor(v) for v in (xv, wv, bv)), out)
+    assert (memory[size:] == 7.0).all()
+    np.testing.assert_allclose(out.numpy(), xv @ wv + bv, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("window", [1, 3])
 def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     """A 1x1 conv's channel loop (a matmul's K) has the body of one step: it is unrolled

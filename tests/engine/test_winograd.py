@@ -143,3 +143,45 @@ def test_whole_tiles_and_the_smallest_output_compute_what_onnxruntime_computes(s
     ours = compiled.run(feeds)["y"]
     reference = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=2e-4)
+
+
+# Run in a fresh process (a fault fails the test, not the session; a forked child of a
+# process whose thread pool already ran would wait on it forever).
+_GUARDED_RUN = """
+import ctypes, mmap, sys
+import numpy as np
+import tvm
+from engine.fusion.winograd import ALPHA, B_T, input_transform
+
+shape, tiles = (1, 2, 13, 13, 16), (4, 4)
+func, _ = input_transform(shape, tiles, (1, 1))
+lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), "llvm")
+# the input at the start of a mapping whose first page is made unreadable (PROT_NONE):
+# a load before its first element faults
+page, size = mmap.PAGESIZE, int(np.prod(shape)) * 4
+region = mmap.mmap(-1, page + size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(base), page, 0) == 0
+x = np.frombuffer(region, dtype=np.float32, count=size // 4, offset=page).reshape(shape)
+x[...] = np.random.default_rng(0).standard_normal(shape)
+v = tvm.runtime.tensor(np.zeros((ALPHA * ALPHA, 16, 32), "float32"))
+lib["main"](tvm.runtime.from_dlpack(x), v)
+# tile (0, 0) of channel block 0: B^T d B over the padded input's corner
+d = np.pad(x[0, 0], [(1, 1), (1, 1), (0, 0)])[:ALPHA, :ALPHA]
+expected = np.einsum("ai,ijc,bj->abc", B_T, d, B_T).reshape(ALPHA * ALPHA, 16)
+sys.exit(0 if np.allclose(v.numpy()[:, 0, :16], expected, rtol=1e-4, atol=1e-4) else 2)
+"""
+
+
+def test_the_input_transform_reads_nothing_outside_its_input():
+    """The padding's zeros are not loads: the kernel once loaded a row and a column before
+    the input and masked the value, which faulted when the input started a mapping (VGG-19
+    on an AMD EPYC)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _GUARDED_RUN], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode >= 0, f"the transform faulted: signal {-run.returncode}"
+    assert run.returncode == 0, f"the transform's corner tile is wrong: {run.stderr[-2000:]}"
