@@ -202,16 +202,32 @@ def main() -> int:
     parser.add_argument(
         "--no-choice", action="store_true", help="keep every segment TVM builds on TVM"
     )
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the light models with random weights in place of their ConstantOfShape fills "
+        "(as trained weights: they do not compress, and onnxslim has nothing to fold)",
+    )
     args = parser.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="compile-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     paths = model_paths(work)
     names = args.models.split(",") if args.models else list(paths)
+    if args.random_weights:
+        from engine.accuracy.weights import randomize_fills, weight_fills
+
+        for name in names:
+            model = onnx.load(str(paths[name]))
+            if weight_fills(model):
+                paths[name] = work / f"{name}.random-weights.onnx"
+                onnx.save(randomize_fills(model), str(paths[name]))
     tuned = set(args.tune_models.split(",")) if args.tune_models else set(names)
     store = str(work / "tuning-store")
     rows = {}
     choice = not args.no_choice
     for name in names:
+        # a line as each model starts: a crash (a signal in a kernel) then names its model
+        print(f"{name}: compiling", file=sys.stderr, flush=True)
         run = work / name
         row = {"untuned": bench_one(paths[name], run / "untuned", args.threads, 0, store, choice)}
         minutes = args.tune_minutes if name in tuned else 0.0
@@ -225,7 +241,14 @@ def main() -> int:
             )
         rows[name] = row
         print(f"{name}: {json.dumps(row)}", file=sys.stderr, flush=True)
-    report = {
+        # the report so far, after every model: a run that dies keeps what it measured
+        (work / "compile_bench.json").write_text(json.dumps(_report(args, rows), indent=1))
+    print(json.dumps(_report(args, rows), indent=1))
+    return 0
+
+
+def _report(args, rows: dict) -> dict:
+    return {
         "command": " ".join(sys.argv),
         "threads": args.threads,
         "load_avg_1m": os.getloadavg()[0],
@@ -233,8 +256,6 @@ def main() -> int:
         "summary": {kind: summary(rows, kind) for kind in ("untuned", "tuned", "second_compile")},
         "models": rows,
     }
-    print(json.dumps(report, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

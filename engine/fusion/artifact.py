@@ -3,6 +3,12 @@
 ``model.tar.gz`` unpacks to a directory that runs with ``python run.py`` and needs only
 the packages its manifest names (``requirements``). Every file's sha256 is in the
 manifest (except the manifest's own) and in the compile result.
+
+The tarball is one gzip member, deflated chunk by chunk (``GzipChunks``): a chunk that
+compresses is deflated, one that does not (trained weights: float32 with random low bits
+saves 7%) is stored. Deflating such data runs at 17-19 MB/s at any level here (25M
+normal floats: level 1 19 MB/s, level 6 17 MB/s, both to 93%), so packing a model of
+trained weights with one level throughout took a minute per GB of artifact.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import hashlib
 import json
 import platform
 import shutil
+import struct
 import tarfile
+import zlib
 from importlib import metadata
 from pathlib import Path
 
@@ -112,9 +120,69 @@ def pack(directory: Path, tarball: Path) -> tuple[Path, dict[str, str]]:
     }
     manifest["files"] = files
     _write(directory, manifest)
-    with tarfile.open(tarball, "w:gz", compresslevel=6) as tar:
-        tar.add(directory, arcname="model")
+    with open(tarball, "wb") as raw:
+        gz = GzipChunks(raw)
+        with tarfile.open(fileobj=gz, mode="w|") as tar:
+            tar.add(directory, arcname="model")
+        gz.close()
     return tarball, {**files, tarball.name: sha256_file(tarball)}
+
+
+class GzipChunks:
+    """A writable file that gzips what is written to it into ``raw`` as one member (RFC
+    1952), deflating each ``chunk`` bytes with a compressor of its own, at ``level`` when
+    a sample of the chunk compresses to at most ``worth`` of its size and stored (level 0)
+    otherwise. Each chunk's deflate blocks end byte-aligned and unfinished (a sync flush),
+    so the chunks join into one deflate stream, as pigz joins its blocks: gunzip, tar and
+    Python's gzip and tarfile (streaming too) read it as any gzip file."""
+
+    SAMPLES = 4  # slices of the chunk, spread over it, deflated at level 1 to decide
+    SAMPLE_BYTES = 16 << 10
+
+    def __init__(self, raw, chunk: int = 4 << 20, level: int = 6, worth: float = 0.9):
+        self.raw, self.chunk, self.level, self.worth = raw, chunk, level, worth
+        self.pending = bytearray()
+        self.crc, self.size = 0, 0
+        self.stored = self.deflated = 0  # bytes of input written each way
+        # ID1 ID2, deflate, no flags, no mtime (the same files make the same bytes),
+        # no extra flags, OS unknown
+        raw.write(b"\x1f\x8b\x08\x00" + struct.pack("<I", 0) + b"\x00\xff")
+
+    def write(self, data) -> int:
+        self.pending += data
+        while len(self.pending) >= self.chunk:
+            self._deflate(bytes(self.pending[: self.chunk]))
+            del self.pending[: self.chunk]
+        return len(data)
+
+    def close(self) -> None:
+        if self.pending:
+            self._deflate(bytes(self.pending))
+            self.pending.clear()
+        # the stream's last block: empty, marked final
+        self.raw.write(zlib.compressobj(self.level, zlib.DEFLATED, -zlib.MAX_WBITS).flush())
+        self.raw.write(struct.pack("<II", self.crc, self.size & 0xFFFFFFFF))
+
+    def _deflate(self, data: bytes) -> None:
+        level = self.level if self._compresses(data) else 0
+        compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        self.raw.write(compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH))
+        self.crc = zlib.crc32(data, self.crc)
+        self.size += len(data)
+        if level:
+            self.deflated += len(data)
+        else:
+            self.stored += len(data)
+
+    def _compresses(self, data: bytes) -> bool:
+        if len(data) <= self.SAMPLES * self.SAMPLE_BYTES:
+            sample = data
+        else:
+            step = (len(data) - self.SAMPLE_BYTES) // (self.SAMPLES - 1)
+            sample = b"".join(
+                data[i * step : i * step + self.SAMPLE_BYTES] for i in range(self.SAMPLES)
+            )
+        return len(zlib.compress(sample, 1)) <= self.worth * len(sample)
 
 
 def sha256_file(path: Path) -> str:

@@ -57,7 +57,7 @@ def fuse_segment(
     if str(target.kind.name) == "llvm":
         imported = pretransform_weights(imported, target, conv_layout, compute=weights)
         if conv_layout == BLOCKED:
-            imported = to_winograd(imported)
+            imported = to_winograd(imported, vector_lanes(target))
     legal, fused = lower_to_fused(imported.mod, target)
     calls = kernel_calls(fused, legal, imported.binding_nodes, node_order)
     kernels, views = split_views(fused, calls)

@@ -119,6 +119,8 @@ class FairTiming:
     them far slower than another thread setting of theirs, and why."""
     round_ms: dict[str, list[float]] = field(default_factory=dict)
     """Each side's median in each round, in the order timed."""
+    ended_early: str | None = None
+    """Why the timing stopped before its last process set (a decided comparison)."""
     parts: tuple[tuple[float, float], ...] = ()
     """When this is several timings combined (:meth:`combined`): each one's artifact and
     best onnxruntime figures, in ms; empty for one timing."""
@@ -158,6 +160,7 @@ class FairTiming:
             ),
             process_sets=self.process_sets + other.process_sets,
             dropped={**other.dropped, **self.dropped},
+            ended_early=self.ended_early or other.ended_early,
             round_ms={
                 k: self.round_ms.get(k, []) + other.round_ms.get(k, [])
                 for k in {**self.round_ms, **other.round_ms}
@@ -204,6 +207,12 @@ class FairTiming:
                     if self.parts
                     else ""
                 )
+                + "".join(
+                    f"; {side} {why}"
+                    for side, why in sorted(self.dropped.items())
+                    if why.startswith("not timed")
+                )
+                + (f"; no further set started {self.ended_early}" if self.ended_early else "")
             ),
             "latency_ms": self.latency_ms,
             "compiled_threads": self.compiled_threads,
@@ -220,6 +229,7 @@ class FairTiming:
             "runs_per_round": dict(self.runs_per_round),
             "peak_memory": {k: dict(v) for k, v in self.peak_memory.items()},
             "settings_dropped": dict(self.dropped),
+            "ended_early": self.ended_early,
             "round_ms": {k: list(v) for k, v in self.round_ms.items()},
             "timings": [
                 {"latency_ms": mine, "onnxruntime_latency_ms": theirs} for mine, theirs in self.each
@@ -229,7 +239,7 @@ class FairTiming:
 
 def time_fairly(
     artifact_dir: str | os.PathLike,
-    model: onnx.ModelProto,
+    model: onnx.ModelProto | str | os.PathLike,
     feeds: dict[str, np.ndarray],
     threads: int,
     *,
@@ -241,25 +251,33 @@ def time_fairly(
     progress=None,
     process_sets: int = 3,
     settings: tuple[int, ...] | None = None,
+    not_timed: dict[str, str] | None = None,
 ) -> FairTiming:
-    """Time the artifact in ``artifact_dir`` and ``model`` in onnxruntime (1 and
-    ``threads`` threads) on ``feeds``, ``rounds`` times each, alternating. Each side is a
-    process of its own that loads the model once; only one of them runs at a time. The
-    artifact runs on the threads its manifest names, or, with ``compiled_settings``, at
-    each of onnxruntime's settings too (its fastest is ``latency_ms``). ``settings``: the
-    thread counts to time both sides at, instead of 1 and ``threads`` (a second timing
-    needs only the settings the first found fastest).
+    """Time the artifact in ``artifact_dir`` and ``model`` (a ModelProto, or the path of
+    one saved: a 550 MB model took 4 s to save) in onnxruntime (1 and ``threads``
+    threads) on ``feeds``, ``rounds`` times each, alternating. Each side is a process of
+    its own that loads the model once; only one of them runs at a time. The artifact runs
+    on the threads its manifest names, or, with ``compiled_settings``, at each of
+    onnxruntime's settings too (its fastest is ``latency_ms``). ``settings``: the thread
+    counts to time both sides at, instead of 1 and ``threads`` (a second timing needs
+    only the settings the first found fastest); ``not_timed``: the sides left out of
+    ``settings`` and why, reported with the sides dropped after a round.
 
     The rounds are shared out over ``process_sets`` sets of fresh processes, one set alive
     at a time: one process is one placement of the model in memory, and on this kind of
     machine that alone moved onnxruntime's figure from 0.85 to 1.28 ms (MobileNetV2, 2
     threads, six fresh processes); with every side's figure taken over processes as well
-    as rounds, one slow process no longer decides a model's ratio."""
+    as rounds, one slow process no longer decides a model's ratio. A comparison decided
+    after ``DECIDED_AFTER_SETS`` sets (every round of one side ``DECISIVE`` times every
+    round of the other) starts no further set: more rounds could not turn it."""
     only = settings is not None
     settings = sorted(set(settings)) if only else sorted({1, threads})
     with tempfile.TemporaryDirectory(prefix="workbench-fair-") as tmp:
         model_path, feeds_path = Path(tmp) / "model.onnx", Path(tmp) / "feeds.npz"
-        onnx.save(model, str(model_path))
+        if isinstance(model, onnx.ModelProto):
+            onnx.save(model, str(model_path))
+        else:
+            model_path = Path(model)
         np.savez(feeds_path, **feeds)
         if compiled_settings and (len(settings) > 1 or only):
             plan = {f"compiled_{t}": ("compiled", artifact_dir, t) for t in settings}
@@ -269,9 +287,20 @@ def time_fairly(
             plan[f"onnxruntime_{t}"] = ("ort", model_path, t)
         results: dict[str, list[dict]] = {name: [] for name in plan}
         dropped: dict[str, str] = {}
+        left_out = dict(not_timed or {})
         sets = max(1, min(process_sets, rounds))
-        done = 0
+        done, ended_early = 0, None
         for index in range(sets):
+            if index >= DECIDED_AFTER_SETS and _decided(results):
+                # No later round could turn it: the rest of the sets are not started
+                # (VGG-19: 7 s a set, most of it the two processes loading 550 MB each).
+                ended_early = (
+                    f"after {done} of {rounds} rounds in {index} of {sets} process sets: "
+                    f"every round of one side at least {_decisive()}x every round of the "
+                    "other"
+                )
+                sets = index
+                break
             sides = {
                 name: _Side(kind, path, t, feeds_path, min_runs)
                 for name, (kind, path, t) in plan.items()
@@ -314,7 +343,7 @@ def time_fairly(
         onnxruntime_ms_by_threads={
             t: min(x["median_ms"] for x in results[f"onnxruntime_{t}"]) for t in settings
         },
-        rounds=rounds,
+        rounds=done,
         process_sets=sets,
         runs_per_round={
             "compiled": min(c["runs"] for c in compiled),
@@ -325,9 +354,32 @@ def time_fairly(
             **{name: _memory(v) for name, v in results.items()},
         },
         compiled_ms_by_threads=by_threads,
-        dropped=dropped,
+        dropped={**left_out, **dropped},
         round_ms=round_ms,
+        ended_early=ended_early,
     )
+
+
+DECIDED_AFTER_SETS = 2
+"""Process sets timed before a decided comparison (:func:`_decided`) ends the timing."""
+
+
+def _decisive() -> float:
+    from engine.fusion.whole_model_check import DECISIVE
+
+    return DECISIVE
+
+
+def _decided(results: dict[str, list[dict]]) -> bool:
+    """Every round so far of the artifact at its fastest thread setting and of
+    onnxruntime at its best at least ``DECISIVE`` apart."""
+    from engine.fusion.whole_model_check import decided
+
+    def fastest(prefix: str) -> list[float]:
+        sides = [[r["median_ms"] for r in v] for n, v in results.items() if n.startswith(prefix)]
+        return min((s for s in sides if s), key=min, default=[])
+
+    return decided(fastest("compiled"), fastest("onnxruntime_"))
 
 
 def _outrun(results: dict[str, list[dict]], dropped: dict, done: int) -> dict[str, str]:

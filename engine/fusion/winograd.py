@@ -83,10 +83,15 @@ A_T = np.array(
 # 0.93 -> 0.57 (1.0); 128 x 28 0.80 -> 0.49 (0.91); 256 x 56 12.2 -> 6.3 (12.3); 512 x 28
 # 12.9 -> 7.8 (25.0); 128 x 14 0.26 -> 0.16 (0.38); 256 x 14 0.85 -> 0.61 (0.87); but
 # 512 x 14 (16 tiles, 2.4 MB of U per tile) 3.46 -> 3.49 (3.81); 256 x 8 (4 tiles)
-# 0.30 -> 0.34; 512 x 7 0.97 -> 1.39.
+# 0.30 -> 0.34; 512 x 7 0.97 -> 1.39. The limit on U per tile holds where vectors are 16
+# lanes wide (AVX-512: direct convs are fast enough there that a conv whose U is read for
+# few tiles gains nothing); with 8 lanes (AVX2) direct convs are slower and 512 x 14 gains:
+# AMD EPYC Zen 3, 8.52 -> 4.86 ms (onnxruntime 6.16); this Xeon running code built for Zen 3,
+# 10.6 -> 7.6 (fastest of 5 rounds alternating, 2 threads).
 MIN_CHANNELS = 32
 MIN_TILES = 16
 MAX_U_BYTES_PER_TILE = 1 << 20
+U_LIMIT_FROM_LANES = 16
 
 HAND_WRITTEN = "workbench.hand_written"  # a kernel's attribute: its TIR is scheduled as written
 FLOPS = "workbench.flops"  # a hand-written kernel's floating-point operations per call
@@ -110,10 +115,9 @@ def transform_weights(kernel: np.ndarray, kernel_layout: str) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(ALPHA * ALPHA, cc * ci, kc * o), dtype=np.float32)
 
 
-def eligible(call, weights: set) -> bool:
+def eligible(call, weights: set, lanes: int = 16) -> bool:
     """A float32 dense 3x3 conv of stride 1 and dilation 1 in channel blocks, its weight a
-    parameter, its shapes static and large enough (``MIN_CHANNELS``, ``MIN_TILES``,
-    ``MAX_U_BYTES_PER_TILE``)."""
+    parameter, its shapes static and large enough (:func:`pays` on vectors of ``lanes``)."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d" or len(call.args) != 2:
         return False
     attrs = call.attrs
@@ -143,26 +147,30 @@ def eligible(call, weights: set) -> bool:
         return False
     n, cc, _, _, ci = shapes[0]
     _, kc, oh, ow, o = shapes[2]
-    return pays(n, cc * ci, kc * o, oh, ow)
+    return pays(n, cc * ci, kc * o, oh, ow, lanes)
 
 
-def pays(batch: int, in_channels: int, out_channels: int, out_h: int, out_w: int) -> bool:
-    """Whether a conv of these sizes is large enough for Winograd (see ``MIN_TILES``)."""
+def pays(
+    batch: int, in_channels: int, out_channels: int, out_h: int, out_w: int, lanes: int = 16
+) -> bool:
+    """Whether a conv of these sizes is large enough for Winograd on a CPU whose fp32
+    vectors are ``lanes`` wide (see ``MIN_TILES`` and ``U_LIMIT_FROM_LANES``)."""
     tiles = batch * math.ceil(out_h / M_TILE) * math.ceil(out_w / M_TILE)
     u_bytes = 4 * ALPHA * ALPHA * in_channels * out_channels
     return (
         min(in_channels, out_channels) >= MIN_CHANNELS
         and tiles >= MIN_TILES
-        and u_bytes <= MAX_U_BYTES_PER_TILE * tiles
+        and (lanes < U_LIMIT_FROM_LANES or u_bytes <= MAX_U_BYTES_PER_TILE * tiles)
     )
 
 
-def to_winograd(imported):
+def to_winograd(imported, lanes: int = 16):
     """``imported`` (an ``importer.ImportedModule`` whose weights were already put in
     channel blocks) with each :func:`eligible` conv of ``main`` computed by Winograd's
     F(4x4, 3x3): input transform, batched product with the transformed weights, output
-    transform, the conv's bias and a ReLU after it done in the output transform. Returns
-    it unchanged when there is none. With no weight values (``imported.params`` empty: a
+    transform, the conv's bias and a ReLU after it done in the output transform (``lanes``:
+    the target's fp32 vector width, for :func:`pays`). Returns it unchanged when there is
+    none. With no weight values (``imported.params`` empty: a
     build that only counts kernels) the module is rewritten and no values computed."""
     from tvm import relax
 
@@ -175,7 +183,7 @@ def to_winograd(imported):
     weight_params = list(main.params[num_input:])
     values = dict(zip(weight_params, imported.params.values(), strict=False))
     weights = set(weight_params)
-    convs = _eligible_convs(main, weights)  # conv variable -> its epilogue
+    convs = _eligible_convs(main, weights, lanes)  # conv variable -> its epilogue
     prim_funcs: dict = {}  # (kind, shapes...) -> GlobalVar
     new_weights: list[tuple] = []  # (Var, numpy or None)
     pending: dict = {}  # the epilogue's last variable -> (product, shapes, bias, relu)
@@ -271,7 +279,7 @@ def to_winograd(imported):
     )
 
 
-def _eligible_convs(main, weights: set) -> dict:
+def _eligible_convs(main, weights: set, lanes: int) -> dict:
     """For each :func:`eligible` conv binding's variable: the bindings after it that its
     output transform can do (``([bindings], bias, relu)``): an ``add`` of a per-channel weight
     ``[1, Kc, 1, 1, o]`` (the conv's bias), then a ``relu``, each the only user of what
@@ -296,7 +304,7 @@ def _eligible_convs(main, weights: set) -> dict:
 
     found = {}
     for b in bindings:
-        if not (isinstance(b.value, relax.Call) and eligible(b.value, weights)):
+        if not (isinstance(b.value, relax.Call) and eligible(b.value, weights, lanes)):
             continue
         out = static_shape(b.value)
         chain, bias, relu = [], None, False

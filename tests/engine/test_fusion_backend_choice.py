@@ -299,6 +299,41 @@ def test_fair_timing_times_the_artifact_at_each_setting(save, tmp_path):
     assert both.onnxruntime_ms_by_threads[1] == fair.onnxruntime_ms_by_threads[1]
 
 
+def test_a_decided_timing_starts_no_further_process_set(save, tmp_path, monkeypatch):
+    """Once two sets of processes have timed one side far ahead in every round, the third
+    set is not started, and the timing says so (here the comparison counts as decided)."""
+    from engine.fusion import fair_timing
+
+    monkeypatch.setattr(fair_timing, "_decided", lambda results: True)
+    model = conv_relu_conv()
+    compile_model(save(model), CompileConfig(str(tmp_path / "c"), **{**FAST, "measure": False}))
+    artifact = CompiledModel(tmp_path / "c" / "artifact")
+    fair = fair_timing.time_fairly(
+        tmp_path / "c" / "artifact", model, artifact.example_inputs(), 1, rounds=3, window_s=0.02
+    )
+    assert fair.process_sets == 2 and fair.rounds == 2
+    assert len(fair.round_ms["compiled"]) == len(fair.round_ms["onnxruntime_1"]) == 2
+    assert fair.to_dict()["ended_early"].startswith("after 2 of 3 rounds in 2 of 3 process sets")
+    assert "no further set started after 2 of 3 rounds" in fair.to_dict()["method"]
+
+
+def test_a_long_model_is_timed_on_all_cores_only_and_says_why(save, tmp_path, monkeypatch):
+    """A model whose artifact runs at least ``ONE_THREAD_UNTIMED_MS`` on all cores is not
+    timed on one thread on either side (VGG-19: 8 s of its compile for a setting 1.5-2.1x
+    slower); the result names the sides left out and why. Here every model is long."""
+    monkeypatch.setattr("engine.fusion.measurement.ONE_THREAD_UNTIMED_MS", 0.0)
+    config = CompileConfig(str(tmp_path / "c"), **{**CHOOSING, "threads": 2})
+    data = compile_model(save(conv_relu_conv()), config).to_dict()
+    timing = data["timing"].get("mix") or data["timing"]
+    assert set(timing["onnxruntime_ms_by_threads"]) == {"2"}
+    assert set(timing["round_ms"]) == {"compiled_2", "onnxruntime_2"}
+    left_out = timing["settings_dropped"]
+    assert set(left_out) == {"compiled_1", "onnxruntime_1"}
+    assert all(why.startswith("not timed: the artifact took") for why in left_out.values())
+    assert "; onnxruntime_1 not timed: the artifact took" in timing["method"]
+    assert data["outputs_match"] is True
+
+
 def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, monkeypatch):
     """Each set of rounds runs in processes of its own, one set alive at a time: one
     process is one placement of the model in memory."""

@@ -136,12 +136,22 @@ def test_padding_keeps_the_epilogue_inside_the_output(tmp_path):
     rng = np.random.default_rng(0)
     qv = rng.standard_normal((1, 2, 197, 64)).astype("float32")
     kv = rng.standard_normal((1, 2, 64, 197)).astype("float32")
-    size = 2 * 197 * 197
-    memory = aligned(np.full(size + 4096, 7.0, dtype="float32"))  # the output, then a fence
-    out = tvm.runtime.from_dlpack(memory[:size].reshape(1, 2, 197, 197))
-    built(tvm.runtime.tensor(qv), tvm.runtime.tensor(kv), out)
+    out = _fenced_call(built, [qv, kv], (1, 2, 197, 197))
+    np.testing.assert_allclose(out, qv @ kv * 0.125, rtol=1e-4, atol=1e-4)
+
+
+def _fenced_call(built, inputs: list, shape: tuple) -> np.ndarray:
+    """``built(*inputs, out)`` with ``out`` of ``shape`` followed in memory by a fence of
+    4096 sevens: the fence must come back untouched (a padded or predicated tile that
+    stored past the output's end would change it). The output, as an array."""
+    import tvm
+
+    size = int(np.prod(shape))
+    memory = aligned(np.full(size + 4096, 7.0, dtype="float32"))
+    out = tvm.runtime.from_dlpack(memory[:size].reshape(shape))
+    built(*(tvm.runtime.tensor(v) for v in inputs), out)
     assert (memory[size:] == 7.0).all()
-    np.testing.assert_allclose(out.numpy(), qv @ kv * 0.125, rtol=1e-4, atol=1e-4)
+    return out.numpy()
 
 
 @pytest.mark.parametrize("lanes", [8, 16])
@@ -167,12 +177,8 @@ def test_rows_no_tile_divides_are_padded_not_predicated(lanes):
     built = tvm.compile(scheduled, target="llvm")
     rng = np.random.default_rng(0)
     xv, wv, bv = (rng.standard_normal(s).astype("float32") for s in ((197, 64), (64, 64), (64,)))
-    size = 197 * 64
-    memory = aligned(np.full(size + 4096, 7.0, dtype="float32"))
-    out = tvm.runtime.from_dlpack(memory[:size].reshape(197, 64))
-    built(*(tvm.runtime.tensor(v) for v in (xv, wv, bv)), out)
-    assert (memory[size:] == 7.0).all()
-    np.testing.assert_allclose(out.numpy(), xv @ wv + bv, rtol=1e-4, atol=1e-4)
+    out = _fenced_call(built, [xv, wv, bv], (197, 64))
+    np.testing.assert_allclose(out, xv @ wv + bv, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("window", [1, 3])
