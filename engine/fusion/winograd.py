@@ -86,8 +86,8 @@ A_T = np.array(
 # 0.30 -> 0.34; 512 x 7 0.97 -> 1.39. The limit on U per tile holds where vectors are 16
 # lanes wide (AVX-512: direct convs are fast enough there that a conv whose U is read for
 # few tiles gains nothing); with 8 lanes (AVX2) direct convs are slower and 512 x 14 gains:
-# AMD EPYC Zen 3, 8.52 -> 4.86 ms (onnxruntime 6.16); this Xeon running code built for Zen 3,
-# 10.6 -> 7.6 (fastest of 5 rounds alternating, 2 threads).
+# AMD EPYC Zen 3, 8.52 -> 4.86 ms (onnxruntime 6.16); an Intel Xeon (Emerald Rapids)
+# running code built for Zen 3, 10.6 -> 7.6 (fastest of 5 rounds alternating, 2 threads).
 MIN_CHANNELS = 32
 MIN_TILES = 16
 MAX_U_BYTES_PER_TILE = 1 << 20
@@ -170,8 +170,8 @@ def to_winograd(imported, lanes: int = 16):
     F(4x4, 3x3): input transform, batched product with the transformed weights, output
     transform, the conv's bias and a ReLU after it done in the output transform (``lanes``:
     the target's fp32 vector width, for :func:`pays`). Returns it unchanged when there is
-    none. With no weight values (``imported.params`` empty: a
-    build that only counts kernels) the module is rewritten and no values computed."""
+    none. With no weight values (``imported.params`` empty: a build that only counts
+    kernels) the module is rewritten and no values computed."""
     from tvm import relax
 
     from engine.fusion.importer import ImportedModule

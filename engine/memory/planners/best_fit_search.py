@@ -38,6 +38,9 @@ CANDIDATE_ORDERS: tuple[tuple[str, OrderFn], ...] = (
 )
 
 
+ALWAYS_TRIED = 2  # greedy by size and by breadth: neither wins everywhere
+
+
 @register("best-fit-search", kind="offsets")
 def plan_best_fit_search(
     buffers: Sequence[Buffer], steps: int, options: PlannerOptions
@@ -46,13 +49,18 @@ def plan_best_fit_search(
     deadline = time.perf_counter() + options.time_limit_s
     bound = max(live_bytes(buffers, steps), default=0)
     best: tuple[int, list[int], list[int], str] | None = None  # arena, offsets, order, fit
-    for _, make_order in CANDIDATE_ORDERS:
+    for k, (_, make_order) in enumerate(CANDIDATE_ORDERS):
         order = make_order(buffers, steps)
         for fit in ("best", "first"):
             offsets, arena = place_in_order(buffers, order, steps, fit)
             if best is None or arena < best[0]:
                 best = (arena, offsets, order, fit)
-            if best[0] <= bound or time.perf_counter() > deadline:
+            # The first ``ALWAYS_TRIED`` orders are placed whatever the time: a plan must
+            # not depend on the machine's load. Cut after greedy by size alone, DenseNet-121
+            # planned 4.7% above its bound (8830976 bytes against 8430464) in a CI run on a
+            # loaded 2-core machine; greedy by breadth, second, meets the bound (17-24 ms).
+            late = k >= ALWAYS_TRIED - 1 and time.perf_counter() > deadline
+            if best[0] <= bound or late:
                 return Placement(best[1], best[0])
     assert best is not None
     arena, offsets, order, fit = best
