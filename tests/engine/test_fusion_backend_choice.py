@@ -99,12 +99,19 @@ def test_a_segment_tvm_runs_faster_stays(save, tmp_path, monkeypatch):
     assert len(data["backend_choice"]) == 2
     for choice in data["backend_choice"]:
         assert choice["backend"] == "tvm" and "TVM measured faster" in choice["reason"]
-    # The whole-model check then decided, on its own measurement, and said which it kept.
+    # The whole-model check then decided, on its own measurement, and said which it kept:
+    # onnxruntime alone when the mix lost its timing, or won it narrowly and lost when timed
+    # again (a 0.1 ms model on a loaded CI machine: 0.103 against 0.123 ms, then 0.089
+    # against 0.059).
     if data["backend"] == "onnxruntime":
-        mix = data["timing"]["mix"]
-        assert mix["latency_ms"] >= mix["onnxruntime_latency_ms"] * 0.95
-        reasons = {f["node"]: f["reason"] for f in data["fallback_nodes"]}
-        assert "was not faster than onnxruntime alone on the model as uploaded" in reasons["conv1"]
+        from engine.fusion.backend_choice import mix_wins
+
+        assert not mix_wins({"timing": data["timing"]["mix"]})
+        reason = {f["node"]: f["reason"] for f in data["fallback_nodes"]}["conv1"]
+        assert (
+            "was not faster than onnxruntime alone on the model as uploaded" in reason
+            or "but not when timed again in fresh processes" in reason
+        )
     else:
         assert data["backend"] == "mixed" and data["kernels"]
         assert data["latency_ms"] < data["onnxruntime_latency_ms"]
