@@ -171,12 +171,7 @@ class FairTiming:
     def decisive(self) -> bool:
         """Every round of the artifact (at its fastest setting) and of onnxruntime (at its
         best) at least ``DECISIVE`` times apart, so no further timing could turn it."""
-        from engine.fusion.whole_model_check import decided
-
-        compiled = self.compiled_threads
-        mine = self.round_ms.get("compiled" if compiled is None else f"compiled_{compiled}")
-        theirs = self.round_ms.get(f"onnxruntime_{self.onnxruntime_threads}")
-        return bool(mine and theirs) and decided(mine, theirs)
+        return _decided(self.round_ms)
 
     @property
     def compiled_threads(self) -> int | None:
@@ -251,7 +246,7 @@ def time_fairly(
     progress=None,
     process_sets: int = 3,
     settings: tuple[int, ...] | None = None,
-    not_timed: dict[str, str] | None = None,
+    not_timed: str | None = None,
 ) -> FairTiming:
     """Time the artifact in ``artifact_dir`` and ``model`` (a ModelProto, or the path of
     one saved: a 550 MB model took 4 s to save) in onnxruntime (1 and ``threads``
@@ -260,8 +255,9 @@ def time_fairly(
     on the threads its manifest names, or, with ``compiled_settings``, at each of
     onnxruntime's settings too (its fastest is ``latency_ms``). ``settings``: the thread
     counts to time both sides at, instead of 1 and ``threads`` (a second timing needs
-    only the settings the first found fastest); ``not_timed``: the sides left out of
-    ``settings`` and why, reported with the sides dropped after a round.
+    only the settings the first found fastest); ``not_timed``: why the settings of 1 and
+    ``threads`` left out of ``settings`` are not timed, reported for each side left out
+    with the sides dropped after a round.
 
     The rounds are shared out over ``process_sets`` sets of fresh processes, one set alive
     at a time: one process is one placement of the model in memory, and on this kind of
@@ -285,18 +281,26 @@ def time_fairly(
             plan = {"compiled": ("compiled", artifact_dir, 0)}
         for t in settings:
             plan[f"onnxruntime_{t}"] = ("ort", model_path, t)
+        left_out = {}
+        if not_timed:
+            kinds = ["onnxruntime"] + (["compiled"] if compiled_settings else [])
+            skipped = sorted({1, threads} - set(settings))
+            left_out = {f"{kind}_{t}": not_timed for kind in kinds for t in skipped}
         results: dict[str, list[dict]] = {name: [] for name in plan}
         dropped: dict[str, str] = {}
-        left_out = dict(not_timed or {})
         sets = max(1, min(process_sets, rounds))
         done, ended_early = 0, None
         for index in range(sets):
-            if index >= DECIDED_AFTER_SETS and _decided(results):
+            if index >= DECIDED_AFTER_SETS and _decided(
+                {name: [r["median_ms"] for r in v] for name, v in results.items()}
+            ):
                 # No later round could turn it: the rest of the sets are not started
                 # (VGG-19: 7 s a set, most of it the two processes loading 550 MB each).
+                from engine.fusion.whole_model_check import DECISIVE
+
                 ended_early = (
                     f"after {done} of {rounds} rounds in {index} of {sets} process sets: "
-                    f"every round of one side at least {_decisive()}x every round of the "
+                    f"every round of one side at least {DECISIVE}x every round of the "
                     "other"
                 )
                 sets = index
@@ -364,20 +368,15 @@ DECIDED_AFTER_SETS = 2
 """Process sets timed before a decided comparison (:func:`_decided`) ends the timing."""
 
 
-def _decisive() -> float:
-    from engine.fusion.whole_model_check import DECISIVE
-
-    return DECISIVE
-
-
-def _decided(results: dict[str, list[dict]]) -> bool:
-    """Every round so far of the artifact at its fastest thread setting and of
-    onnxruntime at its best at least ``DECISIVE`` apart."""
+def _decided(round_ms: dict[str, list[float]]) -> bool:
+    """Every round's median (``round_ms``: per side, in the order timed) of the artifact at
+    its fastest thread setting and of onnxruntime at its best at least ``DECISIVE``
+    apart."""
     from engine.fusion.whole_model_check import decided
 
     def fastest(prefix: str) -> list[float]:
-        sides = [[r["median_ms"] for r in v] for n, v in results.items() if n.startswith(prefix)]
-        return min((s for s in sides if s), key=min, default=[])
+        sides = [v for n, v in round_ms.items() if n.startswith(prefix) and v]
+        return min(sides, key=min, default=[])
 
     return decided(fastest("compiled"), fastest("onnxruntime_"))
 

@@ -42,16 +42,14 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
         errors, match = compare_outputs(model_path, outputs, feeds, spec.threads, config)
         _attach_kernel_times(compiled, fused, built, kernels, feeds, config.kernel_timing_runs)
         del compiled  # its thread pools would share the cores with the timed processes
-        settings, not_timed = None, {}
+        settings, not_timed = None, None
         if spec.threads > 1 and run_ms >= ONE_THREAD_UNTIMED_MS:
             settings = (spec.threads,)
-            why = (
+            not_timed = (
                 f"not timed: the artifact took {run_ms:.0f} ms a run on {spec.threads} "
                 f"threads in the compile (at least {ONE_THREAD_UNTIMED_MS:.0f} ms: each of 19 "
                 "models of 10 ms or more timed on both ran 1.5-2.1x slower on one thread)"
             )
-            sides = ["onnxruntime_1"] + (["compiled_1"] if config.choose_backends else [])
-            not_timed = dict.fromkeys(sides, why)
 
         def timing(share: float, offset: float, settings=settings):
             return time_fairly(
