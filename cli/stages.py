@@ -54,6 +54,19 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("WORKBENCH_PREPARED_CACHE", Path(base) / "workbench" / "prepared"))
 
 
+def default_build_cache_dir() -> Path:
+    """Where compiles keep built segments between commands."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(os.environ.get("WORKBENCH_BUILD_CACHE", Path(base) / "workbench" / "builds"))
+
+
+def _build_cache(args) -> str | None:
+    given = getattr(args, "build_cache", None)
+    if args is None or not hasattr(args, "build_cache") or given == "none":
+        return None
+    return str(given or default_build_cache_dir())
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register every stage command on the ``workbench`` parser."""
     for command, stage in COMMANDS.items():
@@ -192,6 +205,7 @@ def run_stage(
         files=_files(model, args),
         workdir=getattr(args, "out", None),
         tuning_store=getattr(args, "tuning_store", None),
+        build_cache=_build_cache(args),
     )
     # Progress lines for a person at a terminal; a pipe or a log gets only the result.
     shown = args is not None and not args.json and sys.stderr.isatty()
@@ -267,6 +281,13 @@ def _partition_finish(args: argparse.Namespace, output: dict) -> dict:
 def _compile_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the artifact")
     parser.add_argument("--tuning-store", metavar="DIR", help="directory of tuning records")
+    parser.add_argument(
+        "--build-cache",
+        metavar="DIR",
+        default=None,
+        help=f"built segments kept for later compiles of the same segments (default "
+        f"{default_build_cache_dir()}; 'none' to build every segment)",
+    )
 
 
 def _compile_prepare(args: argparse.Namespace, values: dict) -> None:

@@ -26,13 +26,16 @@ class StageInputs:
     writes its artifacts (none are kept without it); ``tuning_store``, where compiles
     share tuning records (a directory or a ``RecordStore``; none: no sharing); and
     ``tuning_builder``, a MetaSchedule builder that builds tuning candidates (e.g. spread
-    over other workers; none: this machine's processes)."""
+    over other workers; none: this machine's processes); ``build_cache``, a directory
+    where compiles keep built segments by what they were built from, or a
+    ``BuildCache`` (none: every segment is built)."""
 
     results: Mapping[str, dict] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)
     workdir: str | None = None
     tuning_store: Any = None
     tuning_builder: Any = None
+    build_cache: Any = None
 
 
 NO_INPUTS = StageInputs()

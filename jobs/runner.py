@@ -68,6 +68,7 @@ def run(stage: StageResult, progress: ProgressFn) -> dict:
             workdir=workdir,
             tuning_store=DatabaseStore() if stage.stage == "compile" else None,
             tuning_builder=_builder(stage, stage_options),
+            build_cache=_build_cache(stage),
         )
         report = spec.load()(
             prepared, target, stage_options, lambda f, m: progress(0.05 + 0.95 * f, m), inputs
@@ -110,3 +111,12 @@ def _files(stage: StageResult, options) -> dict[str, str]:
             other = OnnxModel.objects.get(pk=options.other_model, owner=run.owner)
             files["other_model"] = local_path(other.file, other.sha256)
     return {role: str(path) for role, path in files.items()}
+
+
+def _build_cache(stage):
+    """The worker's cache of built segments (VAR_DIR/builds) for a compile."""
+    if stage.stage != "compile":
+        return None
+    from engine.fusion.build_cache import BuildCache
+
+    return BuildCache(Path(settings.VAR_DIR) / "builds", settings.BUILD_CACHE_BYTES)

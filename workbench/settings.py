@@ -133,6 +133,8 @@ STORAGE_PRESIGN_SECONDS = env_int("WORKBENCH_S3_PRESIGN_SECONDS", 300, minimum=1
 BLOB_CACHE_BYTES = env_int("WORKBENCH_BLOB_CACHE_BYTES", 20 << 30, minimum=0)
 # ... and the models they prepared (VAR_DIR/prepared), up to this
 PREPARED_CACHE_BYTES = env_int("WORKBENCH_PREPARED_CACHE_BYTES", 10 << 30, minimum=0)
+# ... and the segments their compiles built (VAR_DIR/builds), up to this
+BUILD_CACHE_BYTES = env_int("WORKBENCH_BUILD_CACHE_BYTES", 2 << 30, minimum=0)
 
 # Uploads: the size limit is checked while streaming, before anything is kept.
 MAX_UPLOAD_BYTES = env_int("WORKBENCH_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)

@@ -155,7 +155,13 @@ def repartition(
             fused = fuse_all(new, spec, node_order, conv_layout)
         except LayoutUnsupported:  # a smaller segment can end at an operator blocks stop
             fused = fuse_all(new, spec, node_order, NCHW)
-        return new, fused, build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
+        return (
+            new,
+            fused,
+            build_all(
+                fused, spec, staging, tuned, config.build_timeout_s, report, config.build_cache
+            ),
+        )
     kept_fused, kept_built = {}, {}
     for index, old in mapping.items():
         kept_fused[index], kept_built[index] = fused[old], built[old]

@@ -204,21 +204,25 @@ def build_segment(
     kernels_library = None
     if spec.kernels_library:
         kernels_library = export_kernels(executable, mod, spec, directory / f"{stem}.kernels.so")
-    params_file = None
-    if write_params:
-        params_file = directory / f"{stem}.params.npz"
-        np.savez(params_file, **segment.imported.params)
+    params_file = save_params(segment, directory, stem) if write_params else None
     kernel_names = {
         gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
     }
     return BuiltSegment(
         library.name,
-        params_file.name if params_file else None,
+        params_file,
         list(segment.imported.params),
         schedules,
         kernel_names,
         kernels_library,
     )
+
+
+def save_params(segment: FusedSegment, directory: Path, stem: str) -> str:
+    """Write the segment's weights as ``<stem>.params.npz``; returns the file's name."""
+    path = directory / f"{stem}.params.npz"
+    np.savez(path, **segment.imported.params)
+    return path.name
 
 
 def export_kernels(executable, mod, spec, library: Path) -> str:

@@ -9,12 +9,11 @@ same inputs with the same threads: outputs, whole-model latency and per-kernel t
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -27,9 +26,10 @@ from engine.fusion.backend_choice import (
     repartition,
     time_segments,
 )
+from engine.fusion.build_cache import BuildCache
 from engine.fusion.conv_layout import BLOCKED, NCHW, LayoutUnsupported
 from engine.fusion.importer import prepare, simplify
-from engine.fusion.kernel_split import Build, split_kernels
+from engine.fusion.kernel_split import Build, StoredSplit, split_kernels
 from engine.fusion.measurement import measure, onnxruntime_alone
 from engine.fusion.preparation import (
     MAX_FALLBACK_ROUNDS,
@@ -55,7 +55,8 @@ from engine.fusion.whole_model_check import (
     keep_faster,
     start_blocked_build,
 )
-from engine.fusion.workloads import tuned_set_key
+from engine.fusion.workloads import code_version, tuned_set_key
+from engine.graph.prepared import PreparedModel
 from engine.graph.shapes import with_inferred_shapes
 
 
@@ -83,6 +84,9 @@ class CompileConfig:
     for the boundaries (see ``kernel_split``).
     ``conv_layout`` ("auto", with ``measure`` and no tuned kernels) builds the convs in
     NCHW and in channel blocks and keeps the faster (see ``conv_layout``).
+    ``build_cache``: a directory (or a :class:`BuildCache`) where built segments are kept
+    by what they were built from, so a later compile of the same segments copies them
+    (see ``build_cache``); None: every segment is built.
     """
 
     out_dir: str
@@ -108,6 +112,7 @@ class CompileConfig:
     rtol: float = 1e-3
     atol: float = 1e-4
     seed: int = 0
+    build_cache: str | os.PathLike | BuildCache | None = None
 
 
 @dataclass
@@ -135,6 +140,8 @@ class CompileResult:
     substitution: dict = field(default_factory=lambda: {"enabled": False})
     conv_layout: dict = field(default_factory=lambda: {"chosen": NCHW, "checked": False})
     kernel_split: dict = field(default_factory=lambda: {"tried": False})
+    builds: dict = field(default_factory=dict)
+    """Segment builds this compile made and copied from the build cache."""
     as_uploaded: bool = False
     """The artifact is onnxruntime alone on the model as uploaded (at onnxruntime's best
     thread setting): the baseline itself, its speed 1 by construction. Not so when
@@ -172,6 +179,7 @@ class CompileResult:
             "substitution": dict(self.substitution),
             "conv_layout": dict(self.conv_layout),
             "kernel_split": dict(self.kernel_split),
+            "builds": dict(self.builds),
         }
 
 
@@ -179,6 +187,10 @@ def compile_model(
     source, config: CompileConfig, progress: ProgressFn | None = None
 ) -> CompileResult:
     """Compile an ONNX model with TVM for ``config.target`` and check it against onnxruntime.
+
+    ``source``: the prepared model (the stage's input: its upload's digest goes in the
+    manifest, its key in the tuning store's entries), or a model (a path, bytes or a
+    ``ModelProto``, identified by the sha256 of its bytes).
 
     Raises :class:`engine.errors.EngineError` subclasses for bad models, shapes or
     targets; :class:`engine.errors.Cancelled` propagates from ``progress``.
@@ -188,17 +200,35 @@ def compile_model(
     from engine.graph.topology import sorted_model, unique_node_names
 
     report = progress or (lambda fraction, message: None)
+    if config.build_cache is not None and not isinstance(config.build_cache, BuildCache):
+        config = replace(config, build_cache=BuildCache(config.build_cache))
     clock = _Clock()
     spec = config.target_spec or resolve_target(config.target, config.threads)
     set_threads(spec.threads)
     report(0.0, f"target {spec.target}")
-    original = load_model(source)
-    model_sha256 = _source_sha256(source, original)
-    original, _ = sorted_model(original)
+    if isinstance(source, PreparedModel):
+        # The upload's digest and the preparation's key, as the prepare step found them: a
+        # ModelProto is serialized to be hashed (VGG-19: 2.9 s).
+        original, model_sha256, model_key = source.model, source.source_sha256, source.key
+    else:
+        original = load_model(source)
+        model_sha256 = model_key = _source_sha256(source, original)
+    original, reordered = sorted_model(original)
     for node, name in zip(original.graph.node, unique_node_names(original.graph.node), strict=True):
         node.name = name  # the names the analyze stage shows
     shapes = full_shapes(original, config.input_shapes, model_inputs)
     apply_input_shapes(original, shapes, allow_empty=True)  # empty tensors compile too
+    # onnxruntime's sessions read the model from a file: the prepared model's own when this
+    # is the model it holds (the same nodes in the same order, the same shapes; names aside)
+    # rather than a copy written (VGG-19: 3.1 s)
+    original_file = None
+    if (
+        isinstance(source, PreparedModel)
+        and source.path is not None
+        and not reordered
+        and all(tuple(source.input_shapes.get(n, ())) == s for n, s in shapes.items())
+    ):
+        original_file = Path(source.path)
     model, simplify_report = simplify(original)
     model = prepare(model, unique_node_names(model.graph.node))
     model = with_inferred_shapes(model)
@@ -243,7 +273,7 @@ def compile_model(
     blocked = None  # the blocked layout's build, on another core beside the NCHW one
     for _ in range(MAX_FALLBACK_ROUNDS):
         segments = delegate.partition(model, set(fallback))
-        stored_layout = _stored_layout(store, spec, config, model_sha256, fallback)
+        stored_layout = _stored_layout(store, spec, config, model_key, fallback)
         try:
             try:
                 fused = fuse_all(segments, spec, node_order, layout)
@@ -263,10 +293,12 @@ def compile_model(
             report(0.3, "fusion planned")
             if tuning is None and not tune_after_layout:
                 tuning, tuned, check_key = _tune(
-                    fused, spec, config, store, report, model_sha256, fallback
+                    fused, spec, config, store, report, model_key, fallback
                 )
                 clock.lap("tuning")
-            built = build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
+            built = build_all(
+                fused, spec, staging, tuned, config.build_timeout_s, report, config.build_cache
+            )
             clock.lap("build")
             break
         except SegmentFailed as failed:
@@ -327,7 +359,7 @@ def compile_model(
             blocked.cancel()  # if the choice did not wait for it
             shutil.rmtree(out / BLOCKED_DIR, ignore_errors=True)
     if tuning is None:  # after the layout choice: the chosen layout's kernels
-        tuning, tuned, check_key = _tune(fused, spec, config, store, report, model_sha256, fallback)
+        tuning, tuned, check_key = _tune(fused, spec, config, store, report, model_key, fallback)
         clock.lap("tuning")
         if tuned:
             built = _build_tuned(fused, spec, staging, tuned, tuning, config, report)
@@ -364,6 +396,7 @@ def compile_model(
             example_inputs(inputs, config.seed),
             lambda directory, new, new_built, moved: manifest(directory, new_built, new, moved),
             report,
+            _stored_split(store, spec, config, model_key, fallback, layout_choice, tuned),
         )
         segments, fused, built = current.segments, current.fused, current.built
         clock.lap("kernel_split")
@@ -404,12 +437,13 @@ def compile_model(
         boundaries += plan.boundaries(seg.calls, index)
     fusion.kernels, fusion.boundaries = kernels, boundaries
 
+    # The artifact holds what its runner reads: not the prepared model (VGG-19: 575 MB of
+    # weights beside the TVM parameters' own, 2.6 s to write and as long again to pack).
     manifest(staging, built)
-    onnx.save(model, str(staging / "model.simplified.onnx"))
     if config.measure:
         report(0.85, "running against onnxruntime")
         result = measure(
-            original,
+            original_file or original,
             staging,
             spec,
             config,
@@ -460,12 +494,9 @@ def compile_model(
             # the TVM kernels did not ship: the mix's time above says what they gave
             kernels, fusion.boundaries = [], []
             fusion.kernels = kernels
-            simplified = staging / "model.simplified.onnx"
-            kept = simplified.rename(out / simplified.name)  # written above, as it is
             shutil.rmtree(staging)
             staging.mkdir(parents=True)
             manifest(staging, built)
-            kept.rename(simplified)
             result = onnxruntime_alone(original, staging, config, inputs, mix)
             as_uploaded = True
             result["timing"]["mix"] = mix
@@ -512,8 +543,17 @@ def compile_model(
         substitution=substitution,
         conv_layout=layout_choice,
         kernel_split=split,
+        builds=_builds(config.build_cache),
         as_uploaded=as_uploaded,
     )
+
+
+def _builds(cache: BuildCache | None) -> dict:
+    """How many segment builds this compile made and copied from ``cache`` (its own and
+    its candidates' but the blocked layout's, built beside it in a process of its own)."""
+    if cache is None:
+        return {"cache": None, "note": "no build cache: every segment was built"}
+    return {"cache": str(cache.directory), "from_cache": cache.hits, "built": cache.misses}
 
 
 def _source_sha256(source, model: onnx.ModelProto) -> str:
@@ -538,7 +578,7 @@ def _tuning_asked(config: CompileConfig) -> bool:
     return config.tuning_store is not None or bool(config.tune_trials or config.tune_minutes)
 
 
-def _tune(fused, spec, config: CompileConfig, store, report, model_sha256: str, fallback: dict):
+def _tune(fused, spec, config: CompileConfig, store, report, model_key: str, fallback: dict):
     """MetaSchedule tuning under the budget, through ``store`` (None: tuning not asked);
     (summary, tuned kernels, the key of their whole-model check). The tuned kernels are
     none when a compile of the same model with the same tuned kernels found the defaults
@@ -559,7 +599,7 @@ def _tune(fused, spec, config: CompileConfig, store, report, model_sha256: str, 
         config.build_timeout_s,
         builder=config.tuning_builder,
     )
-    check_key = _check_key(tuned, model_sha256, fallback, config)
+    check_key = _check_key(tuned, model_key, fallback, config)
     return summary, apply_stored_check(summary, tuned, store, check_key), check_key
 
 
@@ -567,29 +607,33 @@ def _build_tuned(fused, spec, staging: Path, tuned: dict, tuning: dict, config, 
     """The build with the tuned kernels, in place of the default one in ``staging``; the
     default build stays when TVM cannot build a tuned kernel (said in ``tuning``)."""
     try:
-        return build_all(fused, spec, staging, tuned, config.build_timeout_s, report)
+        return build_all(
+            fused, spec, staging, tuned, config.build_timeout_s, report, config.build_cache
+        )
     except SegmentFailed as failed:
         tuning["build_error"] = (
             f"segment {failed.segment.index} did not build with its tuned kernels "
             f"({failed.reason}): its default schedules ship"
         )
         tuned.clear()
-        return build_all(fused, spec, staging, None, config.build_timeout_s, report)
+        return build_all(
+            fused, spec, staging, None, config.build_timeout_s, report, config.build_cache
+        )
 
 
-def _check_key(tuned, model_sha256: str, fallback: dict, config: CompileConfig) -> str | None:
+def _check_key(tuned, model_key: str, fallback: dict, config: CompileConfig) -> str | None:
     """The store key of the whole-model check of this model with these tuned kernels."""
     if not tuned:
         return None
-    return tuned_set_key(tuned, _build_text(model_sha256, fallback, config))
+    return tuned_set_key(tuned, _build_text(model_key, fallback, config))
 
 
-def _build_text(model_sha256: str, fallback: dict, config: CompileConfig) -> str:
+def _build_text(model_key: str, fallback: dict, config: CompileConfig) -> str:
     """The model and how it was compiled, for the store's whole-model entries (the layout
     choice, the tuned-against-default check): with the code that builds it, so a choice
     measured on another version of our lowering and schedules is measured again."""
     build = [
-        model_sha256,
+        model_key,
         *sorted(fallback),
         *config.rules,
         *map(str, config.input_shapes.items()),
@@ -598,27 +642,30 @@ def _build_text(model_sha256: str, fallback: dict, config: CompileConfig) -> str
     return "\n".join(build)
 
 
-@functools.cache
-def code_version() -> str:
-    """A digest of the compile stage's source (``engine/fusion``): what shapes a build."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _stored_layout(store, spec, config: CompileConfig, model_sha256: str, fallback: dict):
+def _stored_layout(store, spec, config: CompileConfig, model_key: str, fallback: dict):
     """Where the layout choice of this model goes in ``store`` (None when the compile has
     no store: tuning not asked)."""
     if store is None:
         return None
     import tvm
 
-    text = "conv-layout\n" + _build_text(model_sha256, fallback, config)
+    text = "conv-layout\n" + _build_text(model_key, fallback, config)
     key = "layout-" + hashlib.sha256(text.encode()).hexdigest()[:32]
     return StoredLayout(store, target_key(spec.target, tvm.__version__), key, spec)
+
+
+def _stored_split(store, spec, config, model_key: str, fallback: dict, layout: dict, tuned):
+    """Where the kernel split's verdict on this build goes in ``store`` (None when the
+    compile has no store: tuning not asked)."""
+    if store is None:
+        return None
+    import tvm
+
+    text = "\n".join(
+        ["kernel-split", _build_text(model_key, fallback, config), f"layout {layout['chosen']}"]
+    )
+    key = "split-" + tuned_set_key(tuned or {}, text).removeprefix("model-")
+    return StoredSplit(store, target_key(spec.target, tvm.__version__), key, spec)
 
 
 def _store_location(config: CompileConfig):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import shutil
 import statistics
 from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
@@ -36,6 +37,7 @@ import numpy as np
 import onnx
 
 from engine.errors import Cancelled, EngineError
+from engine.fusion.segment_builds import failure_reason
 from engine.fusion.timing import TimingConfig, kernel_times_us, time_calls
 
 SWITCH_US = 30.0
@@ -355,22 +357,155 @@ def with_observed_types(model, names, feeds: dict, threads: int):
     return result
 
 
-def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):
+def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report, stored=None):
     """Try the plan on the build in ``build.staging``; returns what to ship and the
     report. ``build`` holds ``segments``, ``fused``, ``built``, ``staging``, ``spec``,
     ``layout``, ``tuned`` and ``config`` (see ``engine.fusion.compile``);
-    ``write_manifest(directory, segments, built, fallback)`` writes a build's manifest."""
-    import shutil
+    ``write_manifest(directory, segments, built, fallback)`` writes a build's manifest.
 
+    ``stored``: a :class:`StoredSplit`. The verdict a compile of the same build stored is
+    taken instead of pricing, building and timing the split again (a second compile of a
+    tuned model: ResNet-50's split was tried, built and timed in 19 s, kept in one compile
+    and dropped in the next); a split kept there is built again (its segments from the
+    build cache) and its outputs checked, not timed. A verdict reached here is stored."""
+    earlier = stored.get() if stored is not None else None
+    if earlier is not None:
+        result, moved = earlier
+        if not result.get("kept"):
+            return build, fallback, {**result, "stored": True}
+        shipped = dict(fallback) | moved
+        try:
+            directory, segments, fused, built, models = _build_split(
+                build, model, shipped, feeds, write_manifest, report
+            )
+        except _SplitFailed:
+            pass  # the stored split no longer builds or agrees here: decided again below
+        else:
+            del models
+            shutil.rmtree(build.staging)
+            directory.rename(build.staging)
+            return build.replace(segments, fused, built), shipped, {**result, "stored": True}
+    new, shipped, result = _split_kernels(build, model, fallback, feeds, write_manifest, report)
+    if stored is not None and result.get("tried"):
+        stored.put(result, {n: r for n, r in shipped.items() if n not in fallback})
+    return new, shipped, result
+
+
+class StoredSplit:
+    """The kernel split's verdict on one build (the model, how it was compiled, its conv
+    layout and tuned kernels: ``key``) on one target, in the tuning store: what the
+    report said and the nodes the split moved to onnxruntime (none unless kept)."""
+
+    KIND = "kernel-split"
+
+    def __init__(self, store, target_key: str, key: str, spec):
+        self.store, self.target_key, self.key, self.spec = store, target_key, key, spec
+
+    def get(self) -> tuple[dict, dict[str, str]] | None:
+        """(the report, the nodes moved), or None if none is stored or it is damaged."""
+        try:
+            entry = self.store.get(self.target_key, self.key)
+            if not entry or entry.get("kind") != self.KIND:
+                return None
+            result, moved = dict(entry["result"]), dict(entry["moved"])
+            if not isinstance(result.get("kept"), bool) or result["kept"] != bool(moved):
+                return None
+            if not all(isinstance(n, str) and isinstance(r, str) for n, r in moved.items()):
+                return None
+        except Exception:  # noqa: BLE001 - a damaged or foreign entry: decided again
+            return None
+        return result, moved
+
+    def put(self, result: dict, moved: dict[str, str]) -> None:
+        """Store a verdict reached here. A store that fails leaves the compile as is (the
+        next compile decides again) and ``result`` says why."""
+        import tvm
+
+        entry = {
+            "kind": self.KIND,
+            "kernel": f"whole model: kernel split ({'kept' if result.get('kept') else 'not kept'})",
+            "result": result,
+            "moved": moved if result.get("kept") else {},
+            "records": [],
+            "default_us": None,
+            "tuned_us": None,
+            "budget_trials": 0,
+            "target": dict(self.spec.target),
+            "tvm": tvm.__version__,
+        }
+        try:
+            self.store.put(self.target_key, self.key, entry)
+        except Exception as e:  # noqa: BLE001 - the verdict stands; the next compile decides
+            result["store_error"] = failure_reason(e)
+
+
+class _SplitFailed(Exception):
+    """The split did not build, run or agree with the build: the reason, and whether it
+    was built."""
+
+    def __init__(self, reason: str, built: bool):
+        super().__init__(reason)
+        self.built = built
+
+
+def _build_split(build, model, moved: dict, feeds: dict, write_manifest, report):
+    """The split that runs ``moved`` (node -> reason) in onnxruntime, built beside
+    ``build.staging`` and its outputs checked against the build's: ``(directory,
+    segments, fused, built, the two builds loaded)``; raises :class:`_SplitFailed`."""
     from engine.fusion import delegate
     from engine.fusion.conv_layout import NCHW, LayoutUnsupported
-    from engine.fusion.segment_builds import SegmentFailed, build_all, failure_reason, fuse_all
-    from engine.fusion.whole_model_check import (
-        CHECK_ROUNDS,
-        load_pair,
-        outputs_agree,
-        time_alternating,
-    )
+    from engine.fusion.segment_builds import SegmentFailed, build_all, fuse_all
+    from engine.fusion.whole_model_check import load_pair, outputs_agree
+
+    node_order = [n.name for n in model.graph.node]
+    segments = delegate.partition(model, set(moved))
+    crossing = {t for seg in segments for t in (*seg.inputs, *seg.outputs)}
+    try:
+        typed = with_observed_types(model, crossing, feeds, build.spec.threads)
+    except Exception as e:  # noqa: BLE001 - onnxruntime could not run the model so
+        reason = f"the split's crossing tensors have no type: {failure_reason(e)}"
+        raise _SplitFailed(reason, built=False) from e
+    if typed is not model:  # a tensor now crossing had no type: onnxruntime needs one
+        model = typed
+        segments = delegate.partition(model, set(moved))
+    directory = build.staging.parent / "split"
+    report(0.82, f"building the split: {len(set(moved))} node(s) in onnxruntime")
+    try:
+        try:
+            fused = fuse_all(segments, build.spec, node_order, build.layout)
+        except LayoutUnsupported:
+            fused = fuse_all(segments, build.spec, node_order, NCHW)
+        built = build_all(
+            fused,
+            build.spec,
+            directory,
+            build.tuned,
+            build.config.build_timeout_s,
+            report,
+            build.config.build_cache,
+        )
+    except SegmentFailed as e:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise _SplitFailed(f"the split did not build: {e.reason}", built=False) from e
+    write_manifest(directory, segments, built, moved)
+    try:
+        models = load_pair(build.staging, directory, build.spec)
+        agree, worst = outputs_agree(models, build.config)
+    except Exception as e:  # noqa: BLE001 - onnxruntime or TVM refused the split: it goes
+        if isinstance(e, EngineError | Cancelled):
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        raise _SplitFailed(f"the split did not run: {failure_reason(e)}", built=True) from e
+    if not agree:
+        del models
+        shutil.rmtree(directory, ignore_errors=True)
+        reason = f"the split's outputs differ from the build's by {worst:.3g}"
+        raise _SplitFailed(reason, built=True)
+    return directory, segments, fused, built, models
+
+
+def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):
+    from engine.fusion.whole_model_check import CHECK_ROUNDS, time_alternating
 
     threads = build.spec.threads
     weights = sum(t.ByteSize() for t in model.graph.initializer)
@@ -400,54 +535,23 @@ def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, rep
         )
         return build, fallback, result
     moved = dict(fallback) | plan.reasons()
-    node_order = [n.name for n in model.graph.node]
-    segments = delegate.partition(model, set(moved))
-    crossing = {t for seg in segments for t in (*seg.inputs, *seg.outputs)}
     try:
-        typed = with_observed_types(model, crossing, feeds, threads)
-    except Exception as e:  # noqa: BLE001 - onnxruntime could not run the model so
-        result["reason"] = f"the split's crossing tensors have no type: {failure_reason(e)}"
-        return build, fallback, result
-    if typed is not model:  # a tensor now crossing had no type: onnxruntime needs one
-        model = typed
-        segments = delegate.partition(model, set(moved))
-    directory = build.staging.parent / "split"
-    report(0.82, f"building the split: {len(plan.moved)} kernel(s) to onnxruntime")
-    try:
-        try:
-            fused = fuse_all(segments, build.spec, node_order, build.layout)
-        except LayoutUnsupported:
-            fused = fuse_all(segments, build.spec, node_order, NCHW)
-        timeout_s = build.config.build_timeout_s
-        built = build_all(fused, build.spec, directory, build.tuned, timeout_s, report)
-    except SegmentFailed as e:
-        result["reason"] = f"the split did not build: {e.reason}"
-        shutil.rmtree(directory, ignore_errors=True)
+        directory, segments, fused, built, models = _build_split(
+            build, model, moved, feeds, write_manifest, report
+        )
+    except _SplitFailed as e:
+        result["built"], result["reason"] = e.built, str(e)
         return build, fallback, result
     result["built"] = True
-    write_manifest(directory, segments, built, moved)
     try:
-        models = load_pair(build.staging, directory, build.spec)
-        agree, worst = outputs_agree(models, build.config)
-        if agree:
-            before, after, runs = time_alternating(
-                build.staging,
-                directory,
-                build.spec,
-                build.config,
-                report,
-                "timing the split",
-                models,
-            )
+        before, after, runs = time_alternating(
+            build.staging, directory, build.spec, build.config, report, "timing the split", models
+        )
         del models
     except Exception as e:  # noqa: BLE001 - onnxruntime or TVM refused the split: it goes
         if isinstance(e, EngineError | Cancelled):
             raise
         result["reason"] = f"the split did not run: {failure_reason(e)}"
-        shutil.rmtree(directory, ignore_errors=True)
-        return build, fallback, result
-    if not agree:
-        result["reason"] = f"the split's outputs differ from the build's by {worst:.3g}"
         shutil.rmtree(directory, ignore_errors=True)
         return build, fallback, result
     result["measured_ms"] = {

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.errors import Cancelled, EngineError
 from engine.fusion import delegate, forked
 from engine.fusion.build import FusedSegment, build_segment, fuse_segment
+from engine.fusion.build_cache import BuildCache, build_key
 from engine.fusion.conv_layout import NCHW, LayoutUnsupported
 from engine.fusion.importer import import_onnx
 from engine.fusion.preparation import dtypes
@@ -46,20 +47,40 @@ def fuse_all(
     return fused
 
 
-def build_all(fused, spec: TargetSpec, staging: Path, tuned, timeout_s: float, report) -> dict:
+def build_all(
+    fused,
+    spec: TargetSpec,
+    staging: Path,
+    tuned,
+    timeout_s: float,
+    report,
+    cache: BuildCache | None = None,
+) -> dict:
     """Build every TVM segment, each in a forked child with a time limit (see ``forked``);
-    CUDA builds stay in this process (a CUDA context does not survive a fork)."""
+    CUDA builds stay in this process (a CUDA context does not survive a fork). With
+    ``cache``, a segment built before (the same module, target, schedules and code) is
+    copied from it, and a new build goes in it."""
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     built = {}
     for k, (index, seg) in enumerate(fused.items()):
         fraction = 0.7 + 0.1 * k / max(len(fused), 1)
+        stem = f"segment{index}"
+        key = build_key(seg, spec, tuned) if cache is not None else None
+        if key is not None:
+            hit = cache.fetch(key, seg, staging, stem)
+            if hit is not None:
+                report(fraction, f"segment {index}: built before, from the build cache")
+                built[index] = hit
+                continue
         report(fraction, f"building segment {index}")
-        args = (seg, spec, staging, f"segment{index}", tuned)
+        args = (seg, spec, staging, stem, tuned)
         try:
             if spec.kind == "cuda":
                 built[index] = build_segment(*args)
+                if key is not None:
+                    cache.put(key, staging, stem, built[index])
                 continue
 
             def waiting(elapsed_s: float, index=index, fraction=fraction) -> None:
@@ -68,6 +89,8 @@ def build_all(fused, spec: TargetSpec, staging: Path, tuned, timeout_s: float, r
             built[index] = forked.call_forked(
                 build_segment, args, timeout_s=timeout_s, poll=waiting
             )
+            if key is not None:
+                cache.put(key, staging, stem, built[index])
         except forked.ChildTimeout as e:
             raise SegmentFailed(seg.segment, f"TVM's build {e}") from e
         except forked.ChildFailed as e:
@@ -79,16 +102,18 @@ def build_all(fused, spec: TargetSpec, staging: Path, tuned, timeout_s: float, r
     return built
 
 
-def start_build_all(fused, spec: TargetSpec, staging: Path, timeout_s: float) -> forked.Pending:
+def start_build_all(
+    fused, spec: TargetSpec, staging: Path, timeout_s: float, cache: BuildCache | None = None
+) -> forked.Pending:
     """:func:`build_all` (default schedules) in a forked child of its own, started now and
     returning at once: a second build, on another core, while this process builds the
     first (the other conv layout: DenseNet's two builds took 19 s each, one after the
     other). Its segments' builds are forked children of that child, with their limits."""
-    return forked.start_forked(_build_quietly, (fused, spec, staging, timeout_s))
+    return forked.start_forked(_build_quietly, (fused, spec, staging, timeout_s, cache))
 
 
-def _build_quietly(fused, spec, staging: Path, timeout_s: float) -> dict:
-    return build_all(fused, spec, staging, None, timeout_s, lambda fraction, message: None)
+def _build_quietly(fused, spec, staging: Path, timeout_s: float, cache) -> dict:
+    return build_all(fused, spec, staging, None, timeout_s, lambda f, m: None, cache)
 
 
 def failure_reason(e: BaseException) -> str:

@@ -52,13 +52,14 @@ def run(
             substitution_bench=_substitution_bench(target, options),
             tuning_store=inputs.tuning_store,
             tuning_builder=inputs.tuning_builder,
+            build_cache=inputs.build_cache,
         )
         if target is not None and target.remote is not None:
             result = compile_on_device(prepared.model, target.remote, config, progress)
             if options.substitute:
                 result["substitution"] = {"enabled": False, "note": REMOTE_SUBSTITUTION}
         else:
-            result = compile_model(prepared.model, config, progress=progress).to_dict()
+            result = compile_model(prepared, config, progress=progress).to_dict()
     artifacts = {"compiled_library": result["artifact"]} if inputs.workdir else {}
     if not inputs.workdir:
         result["artifact"] = None

@@ -56,7 +56,9 @@ def keep_faster(fused, spec, out: Path, built, tuned, key, tuning, store, config
         return built
     report(0.8, "building with default schedules, to compare the whole model")
     try:
-        built_default = build_all(fused, spec, other, None, config.build_timeout_s, report)
+        built_default = build_all(
+            fused, spec, other, None, config.build_timeout_s, report, config.build_cache
+        )
         manifest(staging, built)
         manifest(other, built_default)
         tuned_ms, default_ms, runs = time_alternating(staging, other, spec, config, report)
@@ -197,7 +199,9 @@ def start_blocked_build(segments, spec, node_order, out: Path, config, stored=No
         fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
     except Exception:  # noqa: BLE001 - LayoutUnsupported, SegmentFailed: see above
         return None
-    pending = start_build_all(fused_blocked, spec, out / BLOCKED_DIR, config.build_timeout_s)
+    pending = start_build_all(
+        fused_blocked, spec, out / BLOCKED_DIR, config.build_timeout_s, config.build_cache
+    )
     return BlockedBuild(fused_blocked, pending)
 
 
@@ -230,7 +234,7 @@ def choose_conv_layout(
             return started.fused, started.result(config, report)
         fused_blocked = fuse_all(segments, spec, node_order, BLOCKED)
         return fused_blocked, build_all(
-            fused_blocked, spec, other, None, config.build_timeout_s, report
+            fused_blocked, spec, other, None, config.build_timeout_s, report, config.build_cache
         )
 
     convs, lanes = blockable_in(segments, spec)

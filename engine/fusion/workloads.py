@@ -3,7 +3,9 @@ shared by the build (applying stored schedules) and by tuning (storing them)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from pathlib import Path
 
 
 def workload_module(func):
@@ -32,3 +34,14 @@ def tuned_set_key(tuned: dict, build: str) -> str:
     kernels = ",".join(f"{key}:{structural_key(func)}" for key, func in sorted(tuned.items()))
     text = f"{build}\n{kernels}"
     return "model-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of the compile stage's source (``engine/fusion``): what shapes a build."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

@@ -1,5 +1,5 @@
 """The command line runs in a plain Python process: no Django settings. Each test gets its
-own prepared-model cache."""
+own prepared-model cache and build cache."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_PREPARED_CACHE", str(tmp_path / "prepared"))
+    monkeypatch.setenv("WORKBENCH_BUILD_CACHE", str(tmp_path / "builds"))
 
 
 @pytest.fixture

@@ -275,6 +275,24 @@ def test_memplan_sets_tvms_static_allocations_next_to_ours(capsys):
     assert code == 0 and "StaticPlanBlockMemory" in out and "on the same tensors" in out
 
 
+# --- compile --------------------------------------------------------------------------
+
+
+def test_a_second_compile_copies_its_builds_from_the_cache(capsys, tiny, tmp_path):
+    """`compile` keeps built segments in the build cache (each test has its own, see
+    conftest): the same model compiled again builds nothing; `--build-cache none` builds."""
+    fast = ["--threads", "1", "--json", "--no-choose-backends", "--conv-layout", "nchw"]
+    first, second, none = (
+        run(capsys, "compile", tiny, "--out", str(tmp_path / d), *fast, *extra)
+        for d, extra in (("a", []), ("b", []), ("c", ["--build-cache", "none"]))
+    )
+    builds = [json.loads(out)["builds"] for code, out, _ in (first, second, none) if code == 0]
+    assert len(builds) == 3 and builds[0]["cache"] == str(tmp_path / "builds")
+    assert builds[0]["built"] >= 1 and builds[0]["from_cache"] == 0
+    assert builds[1]["from_cache"] == builds[0]["built"] and builds[1]["built"] == 0
+    assert builds[2]["cache"] is None
+
+
 @pytest.mark.parametrize(
     "command",
     ["analyze", "profile", "partition", "memplan", "compile", "accuracy", "targets"]

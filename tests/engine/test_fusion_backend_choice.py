@@ -77,9 +77,10 @@ def test_a_segment_onnxruntime_runs_faster_moves_there_and_the_artifact_says_why
     assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
     assert manifest["threads"] == data["timing"]["onnxruntime_threads"]
     assert data["outputs_match"] is True
-    # the prepared model is kept beside it, moved across the rebuild, not left outside
-    onnx.checker.check_model(str(tmp_path / "c" / "artifact" / "model.simplified.onnx"))
-    assert not (tmp_path / "c" / "model.simplified.onnx").exists()
+    # what the runner reads and nothing else: the model as uploaded, as its one segment
+    shipped = manifest["segments"][0]["model"]
+    onnx.checker.check_model(str(tmp_path / "c" / "artifact" / shipped))
+    assert [p.name for p in (tmp_path / "c" / "artifact").glob("*.onnx")] == [shipped]
     # Fair timing: fresh processes, both thread settings, memory of each side.
     timing = data["timing"]
     assert set(timing["onnxruntime_ms_by_threads"]) == {"1"}  # FAST: one thread

@@ -106,20 +106,41 @@ def test_conv_model_compiles_matches_onnxruntime_and_names_its_kernels(conv_buil
     assert data["target"]["target"]["kind"] == "llvm" and data["target"]["target"]["mcpu"]
 
 
-def test_artifact_holds_library_params_manifest_runner_and_onnx(conv_build):
+def test_a_prepared_model_compiles_under_its_uploads_digest(tmp_path, monkeypatch):
+    """The stage's input, the prepared model, is not serialized again to be hashed (VGG-19:
+    2.9 s) nor to be timed in onnxruntime: the manifest names the upload's sha256 as the
+    prepare step found it, and onnxruntime reads the prepared model's file."""
+    from engine.fusion import compile as compile_module
+    from engine.fusion import measurement
+    from engine.graph.prepare import prepare_model
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(conv_relu_conv().SerializeToString())
+    prepared = prepare_model(path, cache_dir=tmp_path / "prepared")
+    hashed, timed_on = [], []
+    monkeypatch.setattr(compile_module, "_source_sha256", lambda *a: hashed.append(a) or "x")
+    model_file = measurement._model_file
+    monkeypatch.setattr(
+        measurement, "_model_file", lambda o, p: timed_on.append(o) or model_file(o, p)
+    )
+    result = compile_model(prepared, CompileConfig(str(tmp_path / "out"), **FAST))
+    manifest = json.loads((tmp_path / "out" / "artifact" / "manifest.json").read_text())
+    assert manifest["model_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert manifest["model_sha256"] == prepared.source_sha256 and not hashed
+    # onnxruntime ran the prepared model's own file (VGG-19: 3.1 s to write a copy)
+    assert timed_on == [prepared.path] and result.outputs_match is True
+
+
+def test_artifact_holds_library_params_manifest_and_runner(conv_build):
     data = conv_build
     with tarfile.open(data["artifact"]) as tar:
         names = {m.name.removeprefix("model/") for m in tar.getmembers()}
         manifest = json.load(tar.extractfile("model/manifest.json"))
         for name, digest in manifest["files"].items():
             assert hashlib.sha256(tar.extractfile(f"model/{name}").read()).hexdigest() == digest
-    assert {
-        "manifest.json",
-        "run.py",
-        "model.simplified.onnx",
-        "segment0.so",
-        "segment0.params.npz",
-    } <= names
+    assert {"manifest.json", "run.py", "segment0.so", "segment0.params.npz"} <= names
+    # only what the runner reads: not the prepared model (VGG-19: 575 MB more to ship)
+    assert not any(n.endswith(".onnx") for n in names)
     assert manifest["model_sha256"] and manifest["inputs"] == [
         {"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}
     ]

@@ -204,6 +204,44 @@ def test_a_split_that_measures_no_faster_is_dropped_and_the_build_stays(
     assert not (tmp_path / "c" / "split").exists()
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_second_compile_takes_the_stored_verdict(save, tmp_path, monkeypatch, kept):
+    """With a tuning store, the split's verdict on a build is stored: a second compile of
+    the same build neither prices nor times the split again (ResNet-50: 19 s, and the
+    verdict turned between two compiles). A kept split is built again and checked."""
+    import numpy as np
+    import onnxruntime as ort
+    from test_fusion_compile import conv_relu_conv
+
+    import engine.fusion.kernel_split as split_module
+    from engine.fusion import CompileConfig, compile_model
+    from engine.fusion.standalone import CompiledModel
+
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(2.0, 1.0) if kept else (1.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    path = save(conv_relu_conv())
+    options = {**CHOOSING_KERNELS, "tuning_store": str(tmp_path / "store")}
+    first = compile_model(path, CompileConfig(str(tmp_path / "a"), **options)).to_dict()
+    assert first["kernel_split"]["kept"] is kept and "stored" not in first["kernel_split"]
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("priced or timed again")
+
+    for name in ("tvm_kernel_times", "onnxruntime_node_times"):
+        monkeypatch.setattr(split_module, name, not_again)
+    monkeypatch.setattr("engine.fusion.whole_model_check.time_alternating", not_again)
+    second = compile_model(path, CompileConfig(str(tmp_path / "b"), **options)).to_dict()
+    stored = second["kernel_split"]
+    assert stored == {**first["kernel_split"], "stored": True}
+    assert second["backend"] == first["backend"] == ("mixed" if kept else "tvm")
+    assert second["fallback_nodes"] == first["fallback_nodes"]
+    compiled = CompiledModel(tmp_path / "b" / "artifact")
+    feeds = compiled.example_inputs()
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-4, atol=1e-4)
+    assert not (tmp_path / "b" / "split").exists()
+
+
 def test_no_split_is_built_when_no_kernel_would_move(save, tmp_path, monkeypatch):
     from test_fusion_compile import conv_relu_conv
 
