@@ -1,4 +1,5 @@
-"""The downloadable artifact: libraries, parameters, manifest, runner, simplified ONNX.
+"""The downloadable artifact: libraries, parameters, manifest, runner, and the ONNX
+model of each segment onnxruntime runs (not the prepared model: the runner does not read it).
 
 ``model.tar.gz`` unpacks to a directory that runs with ``python run.py`` and needs only
 the packages its manifest names (``requirements``). Every file's sha256 is in the

@@ -7,13 +7,13 @@ the tuning records the first one stored) builds the same segments: ResNet-50's t
 (:func:`build_key`) covers what a build reads besides the weights, which are parameters
 and go in the artifact's ``.npz`` (written afresh on every hit):
 
-- the segment's Relax module after FuseOps, by structure (:func:`structural_key`, the
-  hash the tuning store keys its workloads by), its parameters' names, shapes and types;
+- the segment's Relax module after FuseOps (the sha256 of TVM's serialization of it), its
+  parameters' names, shapes and types;
 - the tuned kernels applied ({workload key: PrimFunc}, each by structure);
 - the target as the compile resolved it (kind, target and host attributes, threads,
-  cross compiler);
-- the compile stage's own code (:func:`code_version`) and TVM's version: a change to our
-  lowering or schedules, or a TVM upgrade, misses.
+  cross compiler, whether the kernels get a library of their own);
+- the compile stage's own code (:func:`code_version`) and TVM's (version, commit, LLVM,
+  tvm-ffi): a change to our lowering or schedules, or another TVM, misses.
 
 An entry is a directory ``<key[:2]>/<key>/`` holding the files of one build and
 ``built.json`` (with each file's sha256, checked on every copy out: a damaged entry is
@@ -25,6 +25,8 @@ first.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -34,9 +36,10 @@ import time
 from pathlib import Path
 
 from engine.fusion.build import BuiltSegment, save_params
-from engine.fusion.workloads import code_version, structural_key
+from engine.fusion.workloads import code_version
 
 DEFAULT_MAX_BYTES = 2 << 30
+ABANDONED_S = 3600.0  # a temporary directory or an entry with no record this old is left over
 _STEM = "build"
 _META = "built.json"
 _FORMAT = 1
@@ -67,30 +70,34 @@ class BuildCache:
             meta = json.loads((entry / _META).read_text())
             if meta.get("format") != _FORMAT:
                 raise ValueError(f"format {meta.get('format')}")
-            for name, digest in meta["files"].items():
+            files = dict(meta["files"])
+            library, kernels = meta["library"], meta["kernels_library"]
+            if library not in files or (kernels is not None and kernels not in files):
+                raise ValueError("a library the entry does not hold")
+            found = BuiltSegment(
+                library=stem + library.removeprefix(_STEM),
+                params_file=None,
+                param_names=list(segment.imported.params),
+                schedules={str(k): str(v) for k, v in dict(meta["schedules"]).items()},
+                kernel_names={str(n) for n in meta["kernel_names"]},
+                kernels_library=stem + kernels.removeprefix(_STEM) if kernels else None,
+            )
+            for name, digest in files.items():
                 copy = directory / (stem + name.removeprefix(_STEM))
                 shutil.copyfile(entry / name, copy)
                 if _sha256(copy) != digest:
                     raise ValueError(f"{name} is not the file stored")
-        except (OSError, ValueError, KeyError, AttributeError):
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
             # pruned meanwhile, or damaged: built again, and stored again in its place
             shutil.rmtree(entry, ignore_errors=True)
             self.misses += 1
             return None
-        os.utime(entry / _META)  # recently used: pruned last
+        with contextlib.suppress(OSError):  # pruned since: the copies are whole and checked
+            os.utime(entry / _META)  # recently used: pruned last
         self.hits += 1
-        return BuiltSegment(
-            library=stem + meta["library"].removeprefix(_STEM),
-            params_file=save_params(segment, directory, stem) if params else None,
-            param_names=list(segment.imported.params),
-            schedules=dict(meta["schedules"]),
-            kernel_names=set(meta["kernel_names"]),
-            kernels_library=(
-                stem + meta["kernels_library"].removeprefix(_STEM)
-                if meta["kernels_library"]
-                else None
-            ),
-        )
+        if params:
+            found.params_file = save_params(segment, directory, stem)
+        return found
 
     def put(self, key: str, directory: Path, stem: str, built: BuiltSegment) -> None:
         """Keep the build ``built`` (its files ``<stem>.*`` in ``directory``, the weights
@@ -103,6 +110,7 @@ class BuildCache:
         if built.kernels_library:
             kernels = directory / built.kernels_library
             files += [kernels.name, kernels.with_suffix(".json").name]
+        partial = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             partial = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=entry.parent))
@@ -118,29 +126,31 @@ class BuildCache:
                 "kernel_names": sorted(built.kernel_names),
             }
             (partial / _META).write_text(json.dumps(meta))
-            try:
-                partial.rename(entry)
-            except OSError:  # another worker stored it first
+            partial.rename(entry)
+            partial = None
+        except OSError:  # another worker stored it first, or the disk refused
+            pass
+        finally:
+            if partial is not None:
                 shutil.rmtree(partial, ignore_errors=True)
-            self.prune()
-        except OSError:
-            return
+        self.prune()
 
     def prune(self) -> int:
         """Remove the least recently used entries until the cache is within its size, and
-        temporary directories a killed worker left; returns the bytes freed."""
-        entries, total = [], 0
+        what a killed or interrupted worker left (a temporary directory, an entry with no
+        ``built.json``) after an hour; returns the bytes freed."""
+        entries, total, now = [], 0, time.time()
         for entry in self.directory.glob("*/*"):
-            size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
-            if entry.name.startswith("."):
-                if time.time() - entry.stat().st_mtime > 3600:  # abandoned
-                    shutil.rmtree(entry, ignore_errors=True)
-                continue
             try:
-                used = (entry / _META).stat().st_mtime
-            except OSError:
+                size = sum(f.stat().st_size for f in entry.iterdir() if f.is_file())
+                meta = entry / _META
+                if entry.name.startswith(".") or not meta.exists():
+                    if now - entry.stat().st_mtime > ABANDONED_S:
+                        shutil.rmtree(entry, ignore_errors=True)
+                    continue
+                entries.append((meta.stat().st_mtime, size, entry))
+            except OSError:  # removed by another worker meanwhile
                 continue
-            entries.append((used, size, entry))
             total += size
         freed = 0
         for _, size, entry in sorted(entries):
@@ -159,9 +169,42 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_key(segment, spec, tuned: dict | None) -> str:
+def tuned_part(tuned: dict | None) -> list:
+    """The tuned kernels' part of :func:`build_key`, computed once for every segment."""
+    import tvm
+
+    return sorted(
+        (k, hashlib.sha256(tvm.ir.save_json(f).encode()).hexdigest())
+        for k, f in (tuned or {}).items()
+    )
+
+
+@functools.cache
+def _tvm_identity() -> dict:
+    """TVM as this process loaded it: its version, build options and the size and time
+    of each of its libraries (a source build keeps its version string across commits)."""
+    import tvm
+    import tvm_ffi
+
+    libraries = {}
+    for name, lib in sorted(getattr(tvm.base, "_LOADED_LIBS", {}).items()):
+        try:
+            stat = os.stat(lib._name)
+            libraries[name] = [stat.st_size, stat.st_mtime_ns]
+        except (AttributeError, OSError, TypeError):
+            libraries[name] = None
+    return {
+        "version": tvm.__version__,
+        "ffi": tvm_ffi.__version__,
+        "libinfo": dict(tvm.support.libinfo()),
+        "libraries": libraries,
+    }
+
+
+def build_key(segment, spec, tuned: dict | None, tuned_key: list | None = None) -> str:
     """What a build of ``segment`` for ``spec`` with ``tuned`` kernels reads (see the
-    module's text), as a sha256."""
+    module's text), as a sha256. ``tuned_key``: :func:`tuned_part` of ``tuned``, when the
+    caller computed it already."""
     import tvm
 
     params = [
@@ -171,12 +214,15 @@ def build_key(segment, spec, tuned: dict | None) -> str:
     text = json.dumps(
         {
             "format": _FORMAT,
-            "module": structural_key(segment.fused),
+            # the whole module as TVM serializes it: a 64-bit structural hash alone could
+            # serve one model another's library
+            "module": hashlib.sha256(tvm.ir.save_json(segment.fused).encode()).hexdigest(),
             "params": params,
-            "tuned": sorted((k, structural_key(f)) for k, f in (tuned or {}).items()),
+            "tuned": tuned_part(tuned) if tuned_key is None else tuned_key,
             "target": spec.to_dict() | {"detected_from": None},
+            "kernels_library": bool(spec.kernels_library),
             "code": code_version(),
-            "tvm": tvm.__version__,
+            "tvm": _tvm_identity(),
         },
         sort_keys=True,
     )

@@ -222,13 +222,13 @@ def compile_model(
     # is the model it holds (the same nodes in the same order, the same shapes; names aside)
     # rather than a copy written (VGG-19: 3.1 s)
     original_file = None
-    if (
-        isinstance(source, PreparedModel)
-        and source.path is not None
-        and not reordered
-        and all(tuple(source.input_shapes.get(n, ())) == s for n, s in shapes.items())
-    ):
-        original_file = Path(source.path)
+    if isinstance(source, PreparedModel) and source.path is not None and not reordered:
+        bound = {
+            v.name: tuple(d.dim_value for d in v.type.tensor_type.shape.dim)
+            for v in model_inputs(original)
+        }
+        if bound == {n: tuple(s) for n, s in source.input_shapes.items()}:
+            original_file = Path(source.path)
     model, simplify_report = simplify(original)
     model = prepare(model, unique_node_names(model.graph.node))
     model = with_inferred_shapes(model)
@@ -242,6 +242,9 @@ def compile_model(
         substitution = found.to_dict()
         origin.update({new: origin.get(old, [old]) for new, old in found.origin.items()})
         clock.lap("substitution")
+    # The store's entries name the graph compiled too, not only the upload: another
+    # onnxslim, another preparation or other substitutions make another graph.
+    model_key = f"{model_key}\ngraph {_graph_digest(model)}"
 
     fallback = find_fallback(model, report)
     clock.lap("import")
@@ -443,7 +446,7 @@ def compile_model(
     if config.measure:
         report(0.85, "running against onnxruntime")
         result = measure(
-            original_file or original,
+            (original, original_file),
             staging,
             spec,
             config,
@@ -549,11 +552,25 @@ def compile_model(
 
 
 def _builds(cache: BuildCache | None) -> dict:
-    """How many segment builds this compile made and copied from ``cache`` (its own and
-    its candidates' but the blocked layout's, built beside it in a process of its own)."""
+    """How many segment builds this compile copied from ``cache`` and how many it did not
+    find there (built, or tried: a build that fails falls back), its own and its
+    candidates' but the blocked layout's (built beside it in a process of its own)."""
     if cache is None:
         return {"cache": None, "note": "no build cache: every segment was built"}
-    return {"cache": str(cache.directory), "from_cache": cache.hits, "built": cache.misses}
+    return {"cache": str(cache.directory), "from_cache": cache.hits, "not_in_cache": cache.misses}
+
+
+def _graph_digest(model: onnx.ModelProto) -> str:
+    """sha256 of a model's graph without its weights' values: its nodes, inputs, outputs,
+    value types and the weights' names, types and shapes (VGG-19: milliseconds)."""
+    digest = hashlib.sha256()
+    graph = model.graph
+    for part in (graph.node, graph.input, graph.output, graph.value_info):
+        for item in part:
+            digest.update(item.SerializeToString(deterministic=True))
+    for init in graph.initializer:
+        digest.update(f"{init.name}:{init.data_type}:{list(init.dims)}".encode())
+    return digest.hexdigest()
 
 
 def _source_sha256(source, model: onnx.ModelProto) -> str:

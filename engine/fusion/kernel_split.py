@@ -369,11 +369,13 @@ def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, rep
     and dropped in the next); a split kept there is built again (its segments from the
     build cache) and its outputs checked, not timed. A verdict reached here is stored."""
     earlier = stored.get() if stored is not None else None
-    if earlier is not None:
+    nodes = {n.name for n in model.graph.node}
+    if earlier is not None and set(earlier[1]) <= nodes:
         result, moved = earlier
         if not result.get("kept"):
             return build, fallback, {**result, "stored": True}
         shipped = dict(fallback) | moved
+        report(0.82, f"building the split an earlier compile kept: {len(moved)} node(s)")
         try:
             directory, segments, fused, built, models = _build_split(
                 build, model, shipped, feeds, write_manifest, report
@@ -385,8 +387,10 @@ def split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, rep
             shutil.rmtree(build.staging)
             directory.rename(build.staging)
             return build.replace(segments, fused, built), shipped, {**result, "stored": True}
-    new, shipped, result = _split_kernels(build, model, fallback, feeds, write_manifest, report)
-    if stored is not None and result.get("tried"):
+    new, shipped, result, decided = _split_kernels(
+        build, model, fallback, feeds, write_manifest, report
+    )
+    if stored is not None and decided:
         stored.put(result, {n: r for n, r in shipped.items() if n not in fallback})
     return new, shipped, result
 
@@ -469,7 +473,6 @@ def _build_split(build, model, moved: dict, feeds: dict, write_manifest, report)
         model = typed
         segments = delegate.partition(model, set(moved))
     directory = build.staging.parent / "split"
-    report(0.82, f"building the split: {len(set(moved))} node(s) in onnxruntime")
     try:
         try:
             fused = fuse_all(segments, build.spec, node_order, build.layout)
@@ -505,6 +508,8 @@ def _build_split(build, model, moved: dict, feeds: dict, write_manifest, report)
 
 
 def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, report):
+    """:func:`split_kernels`'s decision: what to ship, the report, and whether it is a
+    verdict to store (a plan not worth building, or a split measured; not a failure)."""
     from engine.fusion.whole_model_check import CHECK_ROUNDS, time_alternating
 
     threads = build.spec.threads
@@ -513,7 +518,7 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
         reason = (
             f"not tried: {weights / 2**20:.0f} MB of weights (over {MAX_WEIGHT_BYTES >> 20} MB)"
         )
-        return build, fallback, {"tried": False, "reason": reason}
+        return build, fallback, {"tried": False, "reason": reason}, False
     report(0.8, "timing every TVM kernel")
     tvm_times = tvm_kernel_times(build.staging, build.fused, build.built, threads, feeds)
     report(0.81, "profiling the same nodes in onnxruntime")
@@ -533,15 +538,16 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
             if not plan.moved
             else f"the plan saves less than {MIN_GAIN:.0%} of the TVM kernels' time"
         )
-        return build, fallback, result
+        return build, fallback, result, True
     moved = dict(fallback) | plan.reasons()
+    report(0.82, f"building the split: {len(plan.moved)} kernel(s) to onnxruntime")
     try:
         directory, segments, fused, built, models = _build_split(
             build, model, moved, feeds, write_manifest, report
         )
-    except _SplitFailed as e:
+    except _SplitFailed as e:  # not stored: a loaded machine's build timeout is no verdict
         result["built"], result["reason"] = e.built, str(e)
-        return build, fallback, result
+        return build, fallback, result, False
     result["built"] = True
     try:
         before, after, runs = time_alternating(
@@ -553,7 +559,7 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
             raise
         result["reason"] = f"the split did not run: {failure_reason(e)}"
         shutil.rmtree(directory, ignore_errors=True)
-        return build, fallback, result
+        return build, fallback, result, False
     result["measured_ms"] = {
         "before": round(before, 4),
         "after": round(after, 4),
@@ -568,9 +574,9 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
             f"{KEEP_MARGIN:.0%} faster, the build stays as it was"
         )
         shutil.rmtree(directory, ignore_errors=True)
-        return build, fallback, result
+        return build, fallback, result, True
     result["kept"] = True
     result["reason"] = f"the split measured {after:.3f} ms against {before:.3f} ms"
     shutil.rmtree(build.staging)
     directory.rename(build.staging)
-    return build.replace(segments, fused, built), moved, result
+    return build.replace(segments, fused, built), moved, result, True

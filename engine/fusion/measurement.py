@@ -30,8 +30,8 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
     """Run the build and onnxruntime on the same example inputs: outputs compared, both
     timed fairly (:mod:`engine.fusion.fair_timing`: fresh processes, onnxruntime at its
     best thread setting, rounds alternating), peak memory of each, and each of ``kernels``
-    given its time and share (in place). ``original``: the model as uploaded, a ModelProto
-    or the path of its file."""
+    given its time and share (in place). ``original``: the model as uploaded, a ModelProto,
+    or (the ModelProto, the path of a file holding it or None)."""
     feeds = example_inputs(inputs, config.seed)
     with tempfile.TemporaryDirectory(prefix="workbench-measure-") as tmp:
         model_path = Path(tmp) / "model.onnx"
@@ -92,15 +92,23 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
 
 def _model_file(original, path: Path) -> None:
     """``original`` at ``path``, for every onnxruntime session of a measurement: a file
-    given is linked there (kept whole if its cache prunes it meanwhile), a ModelProto
-    saved once (VGG-19: 2.3 s to serialize)."""
-    if hasattr(original, "graph"):
-        onnx.save(original, str(path))
-        return
-    try:
-        os.link(original, path)
-    except OSError:  # another file system
-        shutil.copyfile(original, path)
+    holding it is linked there, or copied from another file system (kept whole if its
+    cache evicts it meanwhile; a copy of VGG-19 takes a fraction of the 2.3 s its
+    serialization takes); with none, or gone since, the ModelProto is saved."""
+    proto, file = original if isinstance(original, tuple) else (original, None)
+    if file is not None:
+        try:
+            os.link(file, path)
+            return
+        except FileNotFoundError:  # evicted from its cache since the compile began
+            pass
+        except OSError:  # another file system
+            try:
+                shutil.copyfile(file, path)
+                return
+            except FileNotFoundError:
+                pass
+    onnx.save(proto, str(path))
 
 
 def _attach_kernel_times(compiled, fused, built, kernels, feeds, runs: int) -> None:

@@ -21,6 +21,7 @@ from engine.fusion.device_measure import measure_artifact
 from engine.fusion.measurement import against_reference
 from engine.fusion.standalone import example_inputs
 from engine.fusion.target import TargetSpec
+from engine.graph.prepared import PreparedModel
 from engine.remote.device import DeviceSession, open_device
 from engine.targets.profile import Remote
 
@@ -42,8 +43,9 @@ def device_target(opened: DeviceSession, threads: int) -> TargetSpec:
 
 
 def compile_on_device(model, remote: Remote, config: CompileConfig, progress: ProgressFn) -> dict:
-    """Build ``model`` for the device behind ``remote`` and measure it there; returns the
-    compile result's dict with the device's figures (``measured_on`` names the device)."""
+    """Build ``model`` (the prepared model, or a model as ``compile_model`` takes it) for
+    the device behind ``remote`` and measure it there; returns the compile result's dict
+    with the device's figures (``measured_on`` names the device)."""
     with open_device(remote, _span(progress, 0.0, 0.05)) as opened:
         spec = device_target(opened, config.threads)
         progress(0.05, f"building for {opened.label()}: {spec.target}")
@@ -101,6 +103,8 @@ def _compare(model, feeds, outputs, config: CompileConfig) -> tuple[dict, bool]:
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if isinstance(model, PreparedModel):
+        model = model.model
     data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]

@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.errors import Cancelled, EngineError
 from engine.fusion import delegate, forked
 from engine.fusion.build import FusedSegment, build_segment, fuse_segment
-from engine.fusion.build_cache import BuildCache, build_key
+from engine.fusion.build_cache import BuildCache, build_key, tuned_part
 from engine.fusion.conv_layout import NCHW, LayoutUnsupported
 from engine.fusion.importer import import_onnx
 from engine.fusion.preparation import dtypes
@@ -64,10 +64,11 @@ def build_all(
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     built = {}
+    tuned_key = tuned_part(tuned) if cache is not None else None
     for k, (index, seg) in enumerate(fused.items()):
         fraction = 0.7 + 0.1 * k / max(len(fused), 1)
         stem = f"segment{index}"
-        key = build_key(seg, spec, tuned) if cache is not None else None
+        key = build_key(seg, spec, tuned, tuned_key) if cache is not None else None
         if key is not None:
             hit = cache.fetch(key, seg, staging, stem)
             if hit is not None:

@@ -55,7 +55,7 @@ def run(
             build_cache=inputs.build_cache,
         )
         if target is not None and target.remote is not None:
-            result = compile_on_device(prepared.model, target.remote, config, progress)
+            result = compile_on_device(prepared, target.remote, config, progress)
             if options.substitute:
                 result["substitution"] = {"enabled": False, "note": REMOTE_SUBSTITUTION}
         else:

@@ -288,8 +288,8 @@ def test_a_second_compile_copies_its_builds_from_the_cache(capsys, tiny, tmp_pat
     )
     builds = [json.loads(out)["builds"] for code, out, _ in (first, second, none) if code == 0]
     assert len(builds) == 3 and builds[0]["cache"] == str(tmp_path / "builds")
-    assert builds[0]["built"] >= 1 and builds[0]["from_cache"] == 0
-    assert builds[1]["from_cache"] == builds[0]["built"] and builds[1]["built"] == 0
+    assert builds[0]["not_in_cache"] >= 1 and builds[0]["from_cache"] == 0
+    assert builds[1]["from_cache"] == builds[0]["not_in_cache"] and builds[1]["not_in_cache"] == 0
     assert builds[2]["cache"] is None
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import tarfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,7 +129,18 @@ def test_a_prepared_model_compiles_under_its_uploads_digest(tmp_path, monkeypatc
     assert manifest["model_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert manifest["model_sha256"] == prepared.source_sha256 and not hashed
     # onnxruntime ran the prepared model's own file (VGG-19: 3.1 s to write a copy)
-    assert timed_on == [prepared.path] and result.outputs_match is True
+    assert [file for _, file in timed_on] == [prepared.path] and result.outputs_match is True
+
+    # with the file evicted from its cache meanwhile, the model is saved as compiled
+    evicted = prepare_model(path, cache_dir=tmp_path / "p3")
+    real_measure = compile_module.measure
+
+    def evicting(original, *args, **kwargs):
+        Path(original[1]).unlink()
+        return real_measure(original, *args, **kwargs)
+
+    monkeypatch.setattr(compile_module, "measure", evicting)
+    assert compile_model(evicted, CompileConfig(str(tmp_path / "c"), **FAST)).outputs_match
 
 
 def test_artifact_holds_library_params_manifest_and_runner(conv_build):

@@ -242,6 +242,29 @@ def test_a_second_compile_takes_the_stored_verdict(save, tmp_path, monkeypatch, 
     assert not (tmp_path / "b" / "split").exists()
 
 
+def test_a_stored_split_that_no_longer_agrees_is_decided_again(save, tmp_path, monkeypatch):
+    """A kept split rebuilt from its stored verdict ships only if its outputs agree with
+    the build's there; otherwise the split is decided again (and here dropped)."""
+    from test_fusion_compile import conv_relu_conv
+
+    from engine.fusion import CompileConfig, compile_model
+
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(2.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    path = save(conv_relu_conv())
+    options = {**CHOOSING_KERNELS, "tuning_store": str(tmp_path / "store")}
+    assert compile_model(path, CompileConfig(str(tmp_path / "a"), **options)).kernel_split["kept"]
+    monkeypatch.setattr(
+        "engine.fusion.whole_model_check.outputs_agree", lambda models, config: (False, 9.0)
+    )
+    again = compile_model(path, CompileConfig(str(tmp_path / "b"), **options)).to_dict()
+    split = again["kernel_split"]
+    assert "stored" not in split and not split["kept"]
+    assert split["reason"] == "the split's outputs differ from the build's by 9"
+    assert again["backend"] == "tvm" and again["fallback_nodes"] == []
+    assert not (tmp_path / "b" / "split").exists()
+
+
 def test_no_split_is_built_when_no_kernel_would_move(save, tmp_path, monkeypatch):
     from test_fusion_compile import conv_relu_conv
 
