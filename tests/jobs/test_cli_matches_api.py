@@ -107,8 +107,10 @@ def test_memory(both):
 
 
 # What differs between two compiles of the same model with the same options: the measured
-# figures, where the artifact was written and its files' digests.
+# figures, where the artifact was written and its files' digests, which build cache each
+# used and what it held.
 COMPILE_MEASURED = (
+    "builds",
     "latency_ms",
     "onnxruntime_latency_ms",
     "speed_vs_onnxruntime",
@@ -131,7 +133,8 @@ def test_compile(both, real_model, tmp_path):
     store = str(tmp_path / "records")
     web, cli = both(path, "compile", "host", options,
                     ["--threads", "1", "--no-choose-backends", "--conv-layout", "blocked",
-                     "--tuning-store", store, "--out", out])  # fmt: skip
+                     "--tuning-store", store, "--out", out,
+                     "--build-cache", str(tmp_path / "builds")])  # fmt: skip
     for result in (web, cli):
         for kernel in result["kernels"]:
             kernel.pop("time_us"), kernel.pop("share")
