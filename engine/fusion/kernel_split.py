@@ -423,24 +423,14 @@ class StoredSplit:
     def put(self, result: dict, moved: dict[str, str]) -> None:
         """Store a verdict reached here. A store that fails leaves the compile as is (the
         next compile decides again) and ``result`` says why."""
-        import tvm
+        from engine.fusion.whole_model_check import put_whole_model_entry
 
-        entry = {
-            "kind": self.KIND,
-            "kernel": f"whole model: kernel split ({'kept' if result.get('kept') else 'not kept'})",
-            "result": result,
-            "moved": moved if result.get("kept") else {},
-            "records": [],
-            "default_us": None,
-            "tuned_us": None,
-            "budget_trials": 0,
-            "target": dict(self.spec.target),
-            "tvm": tvm.__version__,
-        }
-        try:
-            self.store.put(self.target_key, self.key, entry)
-        except Exception as e:  # noqa: BLE001 - the verdict stands; the next compile decides
-            result["store_error"] = failure_reason(e)
+        kept = bool(result.get("kept"))
+        kernel = f"whole model: kernel split ({'kept' if kept else 'not kept'})"
+        payload = {"result": result, "moved": moved if kept else {}}
+        error = put_whole_model_entry(self, self.KIND, kernel, payload)
+        if error:  # the verdict stands; the next compile decides again
+            result["store_error"] = error
 
 
 class _SplitFailed(Exception):

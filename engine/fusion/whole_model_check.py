@@ -334,23 +334,33 @@ class StoredLayout:
     def put(self, choice: dict) -> None:
         """Store a choice made by measurement. A store that fails leaves the compile as is
         (the next compile measures again) and ``choice`` says why."""
-        import tvm
+        kernel = f"whole model: conv layout ({choice['chosen']})"
+        error = put_whole_model_entry(self, self.KIND, kernel, {"choice": choice})
+        if error:  # the choice stands; the next compile measures
+            choice["store_error"] = error
 
-        entry = {
-            "kind": self.KIND,
-            "kernel": f"whole model: conv layout ({choice['chosen']})",
-            "choice": choice,
-            "records": [],
-            "default_us": None,
-            "tuned_us": None,
-            "budget_trials": 0,
-            "target": dict(self.spec.target),
-            "tvm": tvm.__version__,
-        }
-        try:
-            self.store.put(self.target_key, self.key, entry)
-        except Exception as e:  # noqa: BLE001 - the choice stands; the next compile measures
-            choice["store_error"] = failure_reason(e)
+
+def put_whole_model_entry(stored, kind: str, kernel: str, payload: dict) -> str | None:
+    """Store a whole-model decision (``stored``: its store, target key, key and spec) in
+    the shape of the store's kernel entries; the reason it failed, or None."""
+    import tvm
+
+    entry = {
+        "kind": kind,
+        "kernel": kernel,
+        **payload,
+        "records": [],
+        "default_us": None,
+        "tuned_us": None,
+        "budget_trials": 0,
+        "target": dict(stored.spec.target),
+        "tvm": tvm.__version__,
+    }
+    try:
+        stored.store.put(stored.target_key, stored.key, entry)
+    except Exception as e:  # noqa: BLE001 - the caller's decision stands without it
+        return failure_reason(e)
+    return None
 
 
 def blockable_in(segments, spec) -> tuple[int, int]:
