@@ -85,6 +85,9 @@ class _Workload:
     # per call in the model, default and tuned schedule, timed in alternating rounds; the
     # tuned one ships only if faster there too (see :func:`_check_in_model`)
     in_model: dict | None = None
+    # its segment's default build ran and was timed: ``calls`` is what the model launches
+    # (0: a kernel the model never launches, e.g. one only the weights' prepacking calls)
+    timed: bool = False
 
 
 def tune_segments(
@@ -160,9 +163,11 @@ def tune_segments(
         }
     tuned = {w.key for w in todo}
     for w in pending:
-        # A kernel left out (too light for this budget) is settled at this budget as well;
-        # one whose tuning never started (out of time) is not.
-        if w.default_us is not None and (w.trials or w.key not in tuned):
+        # A kernel left out (too light for this budget) is settled at this budget as well,
+        # and so is one the model never launches (timed: no calls, no time, nothing to
+        # tune; unsettled, it had every later compile build and time the defaults again);
+        # one whose tuning never started (out of time), or whose build failed, is not.
+        if (w.default_us is not None or w.timed) and (w.trials or w.key not in tuned):
             w.budget_trials = affordable
             store.put(tkey, w.key, _entry(w, spec))
     summary["in_model"] = _check_in_model(
@@ -217,7 +222,8 @@ def _load_records(workloads, store, tkey: str) -> tuple[int, int]:
             )
             chosen = None
             if record is not None and faster:
-                _import_tensor_intrinsics()  # a trace may name a tensor intrinsic
+                if _TENSORIZE in record:  # the trace names a tensor intrinsic
+                    _import_tensor_intrinsics()
                 chosen = _apply_trace(w.mod, _parse_record(record, w.mod).trace)
         except Exception:  # noqa: BLE001 - a damaged or foreign record: tune as if none
             continue
@@ -259,12 +265,17 @@ def _time_defaults(seg, mod, spec, workloads, timeout_s: float) -> None:
     if loaded is None:
         return
     by_name = _per_call(kernel_times_us(*loaded, runs=3))
-    for w in workloads.values():
-        for gv, func in mod.functions.items():
-            if gv.name_hint in by_name and workload_key(workload_module(func)) == w.key:
-                per_call, count = by_name[gv.name_hint]
-                w.calls += count
-                w.default_us = per_call if w.default_us is None else min(w.default_us, per_call)
+    for gv, func in mod.functions.items():
+        if not _is_prim_func(func):
+            continue
+        w = workloads.get(workload_key(workload_module(func)))
+        if w is None:  # hand-written: not tuned
+            continue
+        w.timed = True
+        if gv.name_hint in by_name:
+            per_call, count = by_name[gv.name_hint]
+            w.calls += count
+            w.default_us = per_call if w.default_us is None else min(w.default_us, per_call)
 
 
 def _build_forked(seg, spec, directory: Path, tuned, timeout_s: float):
@@ -576,6 +587,9 @@ def _entry(w: _Workload, spec) -> dict:
         "tvm": tvm.__version__,
         **({"in_model": w.in_model} if w.in_model else {}),
     }
+
+
+_TENSORIZE = '"Tensorize"'  # the instruction's kind as a tuning record's JSON names it
 
 
 def _digest(record: str) -> str:

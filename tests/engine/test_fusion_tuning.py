@@ -112,6 +112,46 @@ def test_second_compile_reuses_the_store_without_tuning(save, tmp_path):
     assert retuned["tuned_us"] <= tuned["tuned_us"]
 
 
+def test_a_kernel_the_model_never_launches_is_settled_too(save, tmp_path, monkeypatch):
+    """A flatten between a conv and a matmul lowers to a reshape PrimFunc that runs as a
+    view: the model never launches it, so it has no time to tune. Left unsettled, every
+    later compile built and timed the defaults again for it (ResNet-50 on an EPYC: 10 s
+    of a 38 s second compile). It is settled with the rest: a second compile builds
+    nothing to time."""
+    from engine.fusion import tuning
+
+    rng = np.random.default_rng(0)
+    conv_w = numpy_helper.from_array(rng.standard_normal((32, 16, 1, 1)).astype(np.float32), "w")
+    dense_w = numpy_helper.from_array(rng.standard_normal((2048, 10)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], name="conv", kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["y"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "w2"], ["z"], name="dense"),
+    ]
+    path = save(build(nodes, [("x", [1, 16, 8, 8])], [("z", [1, 10])], [conv_w, dense_w]))
+    store = tmp_path / "store"
+
+    def compile_into(name: str) -> dict:
+        config = CompileConfig(
+            str(tmp_path / name), tune_trials=SMALL, tuning_store=store, conv_layout="nchw", **FAST
+        )
+        return compile_model(path, config).to_dict()
+
+    first = compile_into("a")["tuning"]
+    never = [k for k in first["kernels"] if k["calls"] == 0]
+    assert never and all(k["default_us"] is None for k in never)  # unknown, not zero
+    assert DirectoryStore(store).count() >= first["workloads"]
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a settled model's defaults were built and timed again")
+
+    monkeypatch.setattr(tuning, "_time_defaults", no_timing)
+    second = compile_into("b")
+    assert second["tuning"]["records_found"] == second["tuning"]["workloads"]
+    assert second["tuning"]["trials"] == 0 and second["outputs_match"] is True
+
+
 def test_a_store_keeps_the_faster_record_and_the_larger_budget(tmp_path):
     store = DirectoryStore(tmp_path)
     fast = {"records": ["fast"], "tuned_us": 5.0, "default_us": 9.0, "budget_trials": 8}
