@@ -212,7 +212,11 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
     monkeypatch.setattr(tuning_module, "_beats", lambda tuned_us, default_us: tuned_us is not None)
 
     def compile_into(name: str) -> dict:
-        config = CompileConfig(str(tmp_path / name), tune_trials=SMALL, tuning_store=store, **FAST)
+        # with the kernel split, whose verdict is stored under the build that ships
+        options = {**FAST, "choose_backends": True}
+        config = CompileConfig(
+            str(tmp_path / name), tune_trials=SMALL, tuning_store=store, **options
+        )
         return compile_model(path, config).to_dict()
 
     timed = []
@@ -234,11 +238,15 @@ def test_the_whole_model_check_keeps_the_faster_build_and_remembers(save, tmp_pa
     (entry,) = stored(store, kind="end-to-end")
     assert entry["kept"] == "default" and entry["tuned_us"] == 2 * entry["default_us"]
 
-    # The same tuned kernels again: the stored outcome decides, nothing is timed.
+    assert first["kernel_split"]["tried"] is True and "stored" not in first["kernel_split"]
+
+    # The same tuned kernels again: the stored outcome decides, nothing is timed. The
+    # split's verdict was reached on the defaults that ship and is found under them.
     second = compile_into("b")
     assert len(timed) == 1
     assert second["tuning"]["end_to_end"] == {**check, "stored": True}
     assert "tuned" not in {k["schedule"] for k in second["kernels"]}
+    assert second["kernel_split"]["stored"] is True
 
 
 def test_the_whole_model_check_keeps_tuned_kernels_that_are_faster(
