@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -23,6 +24,9 @@ from workbench.server import uvicorn_command
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT_DIR / "light_squeezenet.onnx"
 ROOT = Path(__file__).resolve().parent.parent
+# Parsed TVMScript templates (engine.fusion.winograd) go to this run's own directory, not
+# the user's ~/.cache: shared by the run's tests and the workers and CLIs they start.
+os.environ.setdefault("WORKBENCH_TVMSCRIPT_CACHE", tempfile.mkdtemp(prefix="wb-tvmscript-"))
 
 
 def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.1, what: str = "condition"):

@@ -180,7 +180,7 @@ def tuned_part(tuned: dict | None) -> list:
 
 
 @functools.cache
-def _tvm_identity() -> dict:
+def tvm_identity() -> dict:
     """TVM as this process loaded it: its version, build options and the size and time
     of each of its libraries (a source build keeps its version string across commits)."""
     import tvm
@@ -222,7 +222,7 @@ def build_key(segment, spec, tuned: dict | None, tuned_key: list | None = None) 
             "target": spec.to_dict() | {"detected_from": None},
             "kernels_library": bool(spec.kernels_library),
             "code": code_version(),
-            "tvm": _tvm_identity(),
+            "tvm": tvm_identity(),
         },
         sort_keys=True,
     )

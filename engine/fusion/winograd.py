@@ -29,9 +29,15 @@ measurement (``whole_model_check.choose_conv_layout``) decides whether a model k
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import math
+import os
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -326,12 +332,62 @@ def _eligible_convs(main, weights: set, lanes: int) -> dict:
     return found
 
 
+PARSE_CACHE_ENV = "WORKBENCH_TVMSCRIPT_CACHE"
+
+
+def parse_cache_dir() -> Path | None:
+    """Where parsed templates are kept between processes: ``WORKBENCH_TVMSCRIPT_CACHE``,
+    else ``~/.cache/workbench/tvmscript``; None when that is ``none``."""
+    chosen = os.environ.get(PARSE_CACHE_ENV, "").strip()
+    if chosen.lower() == "none":
+        return None
+    return Path(chosen).expanduser() if chosen else Path.home() / ".cache/workbench/tvmscript"
+
+
 def _parse(text: str):
-    """The PrimFunc of a template's TVMScript."""
+    """The PrimFunc of a template's TVMScript.
+
+    TVM's parser took 2-4 s for the two templates a ResNet-50 needs, the first time in a
+    process (AMD EPYC Zen 3): a tenth of a second compile that took its tuned kernels from
+    the store and its builds from the build cache. So the parsed function is kept as TVM's
+    JSON under the sha256 of the text and of TVM's identity (another TVM parses again),
+    and loaded in milliseconds by the next process. A file that does not load is parsed
+    again and replaced; a cache that cannot be written is only a slower parse."""
+    import tvm
     import tvm.script
     from tvm.script import tirx as T
 
-    return tvm.script.from_source(text, extra_vars={"T": T}, check_well_formed=False)
+    from engine.fusion.build_cache import tvm_identity
+
+    directory = parse_cache_dir()
+    path = None
+    if directory is not None:
+        identity = json.dumps(tvm_identity(), sort_keys=True)
+        digest = hashlib.sha256(f"{identity}\n{text}".encode()).hexdigest()
+        path = directory / f"{digest}.json"
+        try:
+            return tvm.ir.load_json(path.read_text())
+        except Exception:  # noqa: BLE001 - not there, or damaged: parsed (again) below
+            pass
+    func = tvm.script.from_source(text, extra_vars={"T": T}, check_well_formed=False)
+    if path is not None:
+        _keep_parsed(path, tvm.ir.save_json(func))
+    return func
+
+
+def _keep_parsed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (another process may be reading it)."""
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
 
 
 def _f32(value: float) -> str:

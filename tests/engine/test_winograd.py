@@ -70,6 +70,47 @@ def test_the_transforms_are_specialized_per_shape_and_count_their_work():
     assert "T.int32" not in outputs.script()  # no shape parameter left
 
 
+def test_a_parsed_template_is_kept_for_the_next_process(tmp_path, monkeypatch):
+    """TVM's parser takes seconds per template the first time in a process; the parsed
+    function is kept on disk and the next process loads it. A damaged file is parsed
+    again and replaced; ``none`` keeps nothing."""
+    import tvm
+    import tvm.script
+
+    from engine.fusion import winograd
+
+    monkeypatch.setenv(winograd.PARSE_CACHE_ENV, str(tmp_path / "parsed"))
+    parse = tvm.script.from_source
+    parsed = []
+
+    def counted(*args, **kwargs):
+        parsed.append(1)
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(tvm.script, "from_source", counted)
+
+    def fresh():  # as a new process would: the per-process cache emptied
+        winograd._output_template.cache_clear()
+        return output_transform((1, 2, 13, 13, 16), (4, 4), bias=True, relu=True)[0]
+
+    first = fresh()
+    (kept,) = (tmp_path / "parsed").glob("*.json")
+    second = fresh()
+    assert len(parsed) == 1  # loaded, not parsed
+    tvm.ir.assert_structural_equal(first, second)
+    assert tvm.ir.save_json(first) == tvm.ir.save_json(second)  # the build cache's key
+
+    kept.write_text("{damaged")
+    tvm.ir.assert_structural_equal(fresh(), first)
+    assert len(parsed) == 2 and tvm.ir.load_json(kept.read_text()) is not None
+
+    monkeypatch.setenv(winograd.PARSE_CACHE_ENV, "none")
+    kept.unlink()
+    fresh()
+    assert len(parsed) == 3 and not list((tmp_path / "parsed").glob("*"))
+    winograd._output_template.cache_clear()
+
+
 def _weights(name, shape, seed, scale=0.2):
     rng = np.random.default_rng(seed)
     return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype("float32"), name)
