@@ -29,14 +29,12 @@ measurement (``whole_model_check.choose_conv_layout``) decides whether a model k
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -358,6 +356,7 @@ def _parse(text: str):
     from tvm.script import tirx as T
 
     from engine.fusion.build_cache import tvm_identity
+    from engine.graph.prepared_cache import write_atomic
 
     directory = parse_cache_dir()
     path = None
@@ -371,23 +370,12 @@ def _parse(text: str):
             pass
     func = tvm.script.from_source(text, extra_vars={"T": T}, check_well_formed=False)
     if path is not None:
-        _keep_parsed(path, tvm.ir.save_json(func))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, tvm.ir.save_json(func).encode())
+        except OSError:
+            pass  # a cache that cannot be written is only a slower parse
     return func
-
-
-def _keep_parsed(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (another process may be reading it)."""
-    temporary = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
 
 
 def _f32(value: float) -> str:

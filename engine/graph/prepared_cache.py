@@ -45,8 +45,8 @@ def store(directory: Path, prepared: PreparedModel, max_bytes: int | None = None
         "user_nodes": {k: list(v) for k, v in prepared.user_nodes.items()},
         "folded_nodes": list(prepared.folded_nodes),
     }
-    _write_atomic(path, prepared.model.SerializeToString())
-    _write_atomic(directory / f"{prepared.key}.json", json.dumps(meta).encode())
+    write_atomic(path, prepared.model.SerializeToString())
+    write_atomic(directory / f"{prepared.key}.json", json.dumps(meta).encode())
     if max_bytes is not None:
         prune(directory, max_bytes, keep=prepared.key)
     return path
@@ -63,7 +63,7 @@ def prune(directory: Path, max_bytes: int, *, keep: str | None = None) -> int:
             stat = path.stat()
         except FileNotFoundError:  # another worker removed it
             continue
-        if path.name.startswith("."):  # _write_atomic's temporary name
+        if path.name.startswith("."):  # write_atomic's temporary name
             if now - stat.st_mtime > STALE_TEMP_S:
                 freed += unlink(path, stat.st_size)
             continue
@@ -109,7 +109,9 @@ def load(directory: Path, key: str) -> PreparedModel | None:
         return None
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: readers in other processes see the
+    old file, the new one, or none (a temporary ``.<name>.*`` beside it, then renamed)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
