@@ -248,6 +248,20 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
             outer.remove(loop)
         at = outer.index(row_o)
         outer[at:at] = sweep
+    elif tile.row_axis is not None:
+        # The rows' operand is the larger: the loops indexing the lanes' operand alone move
+        # inside the rows' outer loops, just outside the row tiles, so each thread's share
+        # is a band of rows read once while every lanes' tile passes by. A 1x1 conv 256 ->
+        # 64 at 56x56 (NCHW16c), its output-channel chunk outermost, streamed the 3.2 MB
+        # input once per chunk: 1.04-1.42 ms against 0.94-0.96 with the chunk inside the
+        # rows (AMD EPYC Zen 3, 2 threads, one process, alternating). Whole models on an
+        # EPYC Zen 4 (AVX-512, 2 threads): DenseNet-121 30.3 -> 28.8 ms, VGG-19 101.0 ->
+        # 97.9, ResNet-50 34.1 -> 34.0.
+        sweep = [outer[k] for k in tile.sweep if k < tile.row_axis]
+        for loop in sweep:
+            outer.remove(loop)
+        at = outer.index(row_o)
+        outer[at:at] = sweep
     steps = None
     long = [loop for loop, n in zip(reduce, _extents(sch, reduce), strict=True) if n > 1]
     if len(long) == 1 and _int(sch.get(long[0]).extent) % _REDUCE_UNROLL == 0:

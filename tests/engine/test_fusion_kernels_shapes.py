@@ -213,6 +213,42 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("data_shape", "kernel_shape", "parallel"),
+    [
+        # the input (200 KB) is the larger: rows outermost, the output chunk inside them
+        ((1, 4, 28, 28, 16), (4, 4, 16, 1, 1, 16), "n_oh_oc_chunk_ow_0_fused"),
+        # the weights (1 MB) are the larger: their chunk outermost, as before
+        ((1, 32, 7, 7, 16), (32, 32, 16, 1, 1, 16), "n_oc_chunk_oh_oc_block_0_fused"),
+    ],
+)
+def test_the_larger_operands_loops_go_outermost(data_shape, kernel_shape, parallel):
+    """The operand read from memory once is the larger one. A 1x1 conv's input larger than
+    its weights: each thread takes a band of rows and every output chunk passes by (the
+    chunk outermost streamed the whole input once per chunk: ResNet-50's 256 -> 64 at 56x56
+    ran 1.04-1.42 ms against 0.94-0.96, AVX2, 2 threads). Exact either way."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.lowering import _conv_window_inside
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    data = te.placeholder(data_shape, name="data")
+    kernel = te.placeholder(kernel_shape, name="kernel")
+    conv = _conv_window_inside(data, kernel, [1, 1], [0] * 4, [1, 1], "float32")
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, kernel, conv]), CpuScheduleConfig(16))
+    assert kind == "tiled"
+    assert f"for {parallel} in T.parallel(" in scheduled.script()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(data_shape).astype("float32")
+    w = rng.standard_normal(kernel_shape).astype("float32")
+    out_shape = (1, kernel_shape[0], *data_shape[2:4], 16)
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    expected = np.einsum("chwi,kcio->khwo", x[0], w[:, :, :, 0, 0, :])[None]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("to_blocks", [True, False])
 def test_a_layout_transform_is_copied_in_tiles_and_stays_exact(to_blocks):
     """Channel blocks to NCHW and back, as relax's layout_transform writes them (loops
