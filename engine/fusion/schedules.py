@@ -239,25 +239,19 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
             inner.append(row_i)
         else:
             outer.append(loop)
-    if tile.lanes_outer and tile.row_axis is not None:
-        # The larger operand's own loops go outside the rows, in their order: its tile is
-        # read once while every row tile passes by (the lanes' loop, and a panel's index
-        # in ``weight_panels``' products: [rows, panel, lanes]).
-        sweep = [outer[k] for k in tile.sweep if k > tile.row_axis]
-        for loop in sweep:
-            outer.remove(loop)
-        at = outer.index(row_o)
-        outer[at:at] = sweep
-    elif tile.row_axis is not None:
-        # The rows' operand is the larger: the loops indexing the lanes' operand alone move
-        # inside the rows' outer loops, just outside the row tiles, so each thread's share
-        # is a band of rows read once while every lanes' tile passes by. A 1x1 conv 256 ->
-        # 64 at 56x56 (NCHW16c), its output-channel chunk outermost, streamed the 3.2 MB
-        # input once per chunk: 1.04-1.42 ms against 0.94-0.96 with the chunk inside the
-        # rows (AMD EPYC Zen 3, 2 threads, one process, alternating). Whole models on an
-        # EPYC Zen 4 (AVX-512, 2 threads): DenseNet-121 30.3 -> 28.8 ms, VGG-19 101.0 ->
-        # 97.9, ResNet-50 34.1 -> 34.0.
-        sweep = [outer[k] for k in tile.sweep if k < tile.row_axis]
+    if tile.row_axis is not None:
+        # The larger operand is read from memory once: the lanes' operand's own loops go
+        # just outside the row tiles, in their order. Lanes' operand the larger: those
+        # after the rows move out, its tile stays while every row tile passes by (the
+        # lanes' loop, and a panel's index in ``weight_panels``' products: [rows, panel,
+        # lanes]). Rows' operand the larger: those before the rows move in, so each
+        # thread's share is a band of rows read once while every lanes' tile passes by. A
+        # 1x1 conv 256 -> 64 at 56x56 (NCHW16c), its output-channel chunk outermost,
+        # streamed the 3.2 MB input once per chunk: 1.04-1.42 ms against 0.94-0.96 with the
+        # chunk inside the rows (AMD EPYC Zen 3, 2 threads, one process, alternating).
+        # Whole models on an EPYC Zen 4 (AVX-512, 2 threads): DenseNet-121 30.3 -> 28.8 ms,
+        # VGG-19 101.0 -> 97.9, ResNet-50 34.1 -> 34.0.
+        sweep = [outer[k] for k in tile.sweep if (k > tile.row_axis) == tile.lanes_outer]
         for loop in sweep:
             outer.remove(loop)
         at = outer.index(row_o)
