@@ -265,3 +265,34 @@ def test_processes_creating_the_database_at_once(layer, db_path):
         return {(await receive_soon(layer, "run.jobs"))["done"] for _ in range(4)}
 
     assert asyncio.run(scenario()) == {0, 1, 2, 3}
+
+
+def test_the_switch_to_wal_waits_for_a_process_holding_the_lock(tmp_path):
+    # SQLite may answer the journal-mode switch with "database is locked" at once, busy
+    # timeout or not, when processes open a new file together (CI saw it); a connection with
+    # no busy timeout meets the same answer while another holds the lock.
+    import sqlite3
+
+    def locked_database(name):
+        path = str(tmp_path / name)
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("CREATE TABLE t (x)")
+        holder.execute("BEGIN EXCLUSIVE")
+        switching = sqlite3.connect(path, timeout=0, isolation_level=None)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            switching.execute("PRAGMA journal_mode=WAL")
+        return holder, switching
+
+    holder, switching = locked_database("released.sqlite3")
+    release = threading.Timer(0.3, holder.execute, ("COMMIT",))
+    release.start()
+    try:
+        channel_layers._switch_to_wal(switching, timeout=10)
+    finally:
+        release.join()
+    assert switching.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+    holder, switching = locked_database("kept.sqlite3")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        channel_layers._switch_to_wal(switching, timeout=0.2)  # gives up at its deadline
+    holder.execute("COMMIT")
