@@ -92,6 +92,11 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str, c
         "nodes": data["model_nodes"],
         "tvm_nodes": data["tvm_nodes"],
         "fallback_nodes": len(data["fallback_nodes"]),
+        # why nodes run in onnxruntime, each reason with its node count: why the artifact
+        # is what it is without rerunning the compile for its manifest
+        "fallback_reasons": dict(
+            Counter(f["reason"] for f in data["fallback_nodes"]).most_common(5)
+        ),
         "kernels_fuseops": fusion["kernel_count_fuseops"],
         "kernels": fusion["kernel_count"],
         "rules_accepted": [

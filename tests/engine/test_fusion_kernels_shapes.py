@@ -217,9 +217,9 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     ("data_shape", "kernel_shape", "parallel"),
     [
         # the input (200 KB) is the larger: rows outermost, the output chunk inside them
-        ((1, 4, 28, 28, 16), (4, 4, 16, 1, 1, 16), "n_oh_oc_chunk_ow_0_fused"),
+        ((1, 4, 28, 28, 16), (4, 4, 16, 1, 1, 16), "n_oh_oc_chunk_0_ow_0_fused"),
         # the weights (1 MB) are the larger: their chunk outermost, as before
-        ((1, 32, 7, 7, 16), (32, 32, 16, 1, 1, 16), "n_oc_chunk_oh_oc_block_0_fused"),
+        ((1, 32, 7, 7, 16), (32, 32, 16, 1, 1, 16), "n_oc_chunk_0_oh_oc_block_0_fused"),
     ],
 )
 def test_the_larger_operands_loops_go_outermost(data_shape, kernel_shape, parallel):
@@ -243,6 +243,47 @@ def test_the_larger_operands_loops_go_outermost(data_shape, kernel_shape, parall
     x = rng.standard_normal(data_shape).astype("float32")
     w = rng.standard_normal(kernel_shape).astype("float32")
     out_shape = (1, kernel_shape[0], *data_shape[2:4], 16)
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    expected = np.einsum("chwi,kcio->khwo", x[0], w[:, :, :, 0, 0, :])[None]
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("data_shape", "kernel_shape", "fanned"),
+    [
+        # one register of 16 output channels, 9 chunks: three chunks join the 8 rows' tile
+        ((1, 1, 8, 8, 16), (9, 1, 16, 1, 1, 16), "for oc_chunk_1 in T.unroll(3):"),
+        # half a register (24 channels in blocks of 8): its 3 chunks join
+        ((1, 2, 8, 8, 16), (3, 2, 16, 1, 1, 8), "for oc_chunk_1 in T.unroll(3):"),
+        # two registers wide (blocks of 32) already hold 14 sums: no chunk joins
+        ((1, 2, 8, 8, 32), (4, 2, 32, 1, 1, 32), None),
+    ],
+)
+def test_a_tile_one_register_wide_takes_several_output_chunks(data_shape, kernel_shape, fanned):
+    """A blocked conv whose tile is one register wide computes several output-channel chunks
+    per input broadcast (16 -> 144 channels at 56x56: 83-95 -> 58-65 us, AVX-512); one two
+    registers wide keeps its tile. Exact either way."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.lowering import _conv_window_inside
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    data = te.placeholder(data_shape, name="data")
+    kernel = te.placeholder(kernel_shape, name="kernel")
+    conv = _conv_window_inside(data, kernel, [1, 1], [0] * 4, [1, 1], "float32")
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, kernel, conv]), CpuScheduleConfig(16))
+    assert kind == "tiled"
+    text = scheduled.script()
+    if fanned:
+        assert fanned in text
+    else:
+        assert "oc_chunk_1" not in text
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(data_shape).astype("float32")
+    w = rng.standard_normal(kernel_shape).astype("float32")
+    out_shape = (1, kernel_shape[0], *data_shape[2:4], kernel_shape[-1])
     out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
     tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
     expected = np.einsum("chwi,kcio->khwo", x[0], w[:, :, :, 0, 0, :])[None]
