@@ -127,6 +127,7 @@ def schedule_cpu(func, config: CpuScheduleConfig):
     """(scheduled PrimFunc or None, kind) for one kernel."""
     rules = (
         ("tiled", _tiled),
+        ("plane", _plane_window),
         ("window", _window),
         ("per-channel", _per_channel),
         ("rows", row_reduction),
@@ -590,6 +591,57 @@ def _window(sch, config: CpuScheduleConfig) -> bool:
     sch.decompose_reduction(anchor, reduce[0])
     for other in _blocks(sch):
         if not _is_under(sch, other, parallel):
+            _parallel_block(sch, other, config)
+    return True
+
+
+def _plane_window(sch, config: CpuScheduleConfig) -> bool:
+    """A pool over NCHW planes (the window slides along the output's innermost axis, the
+    image's columns): parallel over the planes, each plane's padded copy made inside that
+    loop, then its rows, the columns in vector lanes inside the window's loops. Inlined,
+    the padding's bounds check sat on every lane of every window step (a 3x3 max pool over
+    128x28x28, stride 1: 361 us; onnxruntime 34). Strided columns (a gather) stay scalar:
+    still no bounds check inside."""
+    anchor = _anchor(sch)
+    if anchor is None:
+        return False
+    block, reads, types, loops = _operands(sch, anchor)
+    if len(reads) != 1 or len(loops) != len(types) or types != sorted(types):
+        return False
+    n_spatial = types.count(0)
+    if n_spatial < 3 or n_spatial == len(types) or _reduce_extent(sch, anchor) > 64:
+        return False
+    names = [str(iv.var) for iv in block.iter_vars]
+    last = _names(str(reads[0].region[-1].min))
+    if names[n_spatial - 1] not in last or not last & set(names[n_spatial:]):
+        return False  # not a window along the columns (channel blocks: ``_window``)
+    producers = sch.get_producers(anchor)
+    if not producers:
+        return False  # nothing padded: ``_window`` as it is
+    strided = f"{names[n_spatial - 1]} *" in str(reads[0].region[-1].min)
+    extent = _int(sch.get(loops[n_spatial - 1]).extent)
+    lanes = 1 if strided else _divisor(extent, (config.vector_lanes, config.vector_lanes // 2, 4))
+    name = block.name_hint
+    _inline_consumers_of(sch, anchor, keep=name)
+    loops = sch.get_loops(anchor)
+    planes = loops[: n_spatial - 2]
+    outer = sch.fuse(*planes) if len(planes) > 1 else planes[0]
+    rows, columns, reduce = loops[n_spatial - 2], loops[n_spatial - 1], loops[n_spatial:]
+    if lanes > 1:
+        col_o, col_i = sch.split(columns, [None, lanes])
+        sch.reorder(outer, rows, col_o, *reduce, col_i)
+        sch.vectorize(col_i)
+    else:
+        sch.reorder(outer, rows, columns, *reduce)
+    sch.parallel(outer)
+    for producer in sch.get_producers(anchor):
+        sch.compute_at(producer, outer)
+    for consumer in sch.get_consumers(anchor):
+        with contextlib.suppress(Exception):
+            sch.reverse_compute_at(consumer, outer)
+    sch.decompose_reduction(anchor, reduce[0])
+    for other in _blocks(sch):
+        if not _is_under(sch, other, outer):
             _parallel_block(sch, other, config)
     return True
 

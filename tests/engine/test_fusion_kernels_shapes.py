@@ -86,6 +86,42 @@ def test_the_global_pool_computes_what_onnxruntime_computes(tmp_path):
     assert kernel.time_us is not None
 
 
+@pytest.mark.parametrize(
+    ("op", "strides", "extra"),
+    [
+        ("MaxPool", [1, 1], {}),  # GoogLeNet's branch pool, on a concat's NCHW output
+        ("MaxPool", [2, 2], {}),  # strided: the columns stay scalar
+        ("AveragePool", [1, 1], {"count_include_pad": 0}),
+    ],
+)
+def test_a_padded_pool_over_nchw_planes_pads_each_plane_once(op, strides, extra, tmp_path):
+    """A padded 3x3 pool in NCHW runs plane by plane, each plane's padded copy made inside
+    the parallel loop: inlined, the bounds check sat on every lane of every window step
+    (128x28x28: 361 us, onnxruntime 34, ours now 23). Exact against onnxruntime."""
+    model = _model(
+        [
+            helper.make_node(
+                op,
+                ["x"],
+                ["y"],
+                name="pool",
+                kernel_shape=[3, 3],
+                strides=strides,
+                pads=[1, 1, 1, 1],
+                **extra,
+            )
+        ],
+        [("x", [1, 6, 28, 28])],
+        "y",
+    )
+    result = compile_model(
+        model, CompileConfig(out_dir=str(tmp_path), choose_backends=False, timing_window_s=0.2)
+    )
+    assert result.backend == "tvm"
+    assert result.outputs_match
+    assert [k.schedule for k in result.kernels] == ["plane"]
+
+
 def _attention_scores(tokens: int, heads: int = 2, width: int = 64):
     """Q @ K^T * scale, as a ViT's attention computes it at ``tokens`` tokens."""
     scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [0.125])
