@@ -358,6 +358,35 @@ def test_a_tile_one_register_wide_takes_several_output_chunks(data_shape, kernel
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_matrix_vector_product_in_narrow_panels_keeps_several_sums_in_flight():
+    """A classifier's 1000 outputs in panels of 8 (no wider tile divides 1000): five panels
+    per step, five sums in flight instead of one register every FMA waits on (EfficientNet-
+    B0's 1280 -> 1000: 120-143 -> 96-110 us, AVX-512, 2 threads). Exact."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    data = te.placeholder((1, 64), name="data")
+    panels = te.placeholder((125, 64, 8), name="panels")
+    k = te.reduce_axis((0, 64), name="k")
+    out = te.compute(
+        (125, 1, 8),
+        lambda p, i, j: te.sum(data[i, k] * panels[p, k, j], axis=k),
+        name="matmul",
+    )
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, panels, out]), CpuScheduleConfig(16))
+    assert kind == "tiled"
+    assert "in T.unroll(5):" in scheduled.script()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 64)).astype("float32")
+    w = rng.standard_normal((125, 64, 8)).astype("float32")
+    result = tvm.runtime.tensor(np.zeros((125, 1, 8), "float32"))
+    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), result)
+    expected = np.einsum("ik,pkj->pij", x, w)
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_an_rgb_inputs_padding_runs_row_by_row_and_stays_exact():
     """A stem conv's input padding (3 channels innermost: no vector fits) is parallel over
     its rows with the columns and channels nested inside, not one loop over every element
