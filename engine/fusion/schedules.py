@@ -38,6 +38,7 @@ _MIN_ANCHOR_REDUCE = 4  # below: a reduction is not worth a register tile
 _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) below this
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
 _SCHEDULED = "tir.is_scheduled"
+_FEW_SUMS = 10  # a tile two registers wide holding at most this many sums is widened
 _MIN_SHARES = 8  # parallel shares of a tiled kernel below which its last tile loop joins
 # Steps of a lone reduction loop (a 1x1 conv's input channels, a matmul's K) unrolled per
 # iteration. One step is two weight loads, seven broadcasts and fourteen FMAs; LLVM left
@@ -271,7 +272,8 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
         reduce = [*reduce[:at], rest, steps, *reduce[at + 1 :]]
     sch.reorder(*outer, *reduce, *inner, vec_i)
     sch.reverse_compute_at(writeback, outer[-1])
-    _vectorize_innermost(sch, writeback, tile.vector)
+    widened = tile.fan if tile.fan_axis == tile.vector_axis else 1
+    _vectorize_innermost(sch, writeback, tile.vector * widened)
     # Loop annotations first: after decompose_reduction the update block no longer
     # counts as a reduction, and TIR refuses to parallelize or vectorize around it.
     sch.vectorize(vec_i)
@@ -421,19 +423,18 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
     sweep = tuple(j for j in range(n_spatial) if names[j] in flat[a] and names[j] not in flat[b])
     others = tuple(j for j in sweep if j != k)
     if rows > 1:
-        fan_axis, fan, rows = _fanned(others, extents, span, vector, rows, config)
+        # the vector's own chunks count too: two of them, a tile twice as wide
+        chunks = {j: extents[j] for j in others}
+        if extent % vector == 0 and math.gcd(extent, group) % (2 * vector) == 0:
+            chunks[k] = extent // vector
+        fan_axis, fan, rows = _fanned(chunks, span, vector, rows, config)
     else:
         fan_axis, fan = _chains(others, extents, vector, config)
     return _Tile(k, vector, row if rows > 1 else None, rows, relayout, larger, sweep, fan_axis, fan)
 
 
 def _fanned(
-    sweep: tuple[int, ...],
-    extents: list[int],
-    span: int,
-    vector: int,
-    rows: int,
-    config: CpuScheduleConfig,
+    chunks: dict[int, int], span: int, vector: int, rows: int, config: CpuScheduleConfig
 ) -> tuple[int | None, int, int]:
     """(axis, factor, rows): a tile one register wide holds too few sums (7 rows: 7 of the
     target's 32 registers) to keep the FMA units busy; ``factor`` steps of a sweep axis
@@ -444,19 +445,24 @@ def _fanned(
     runs: 16 -> 144 channels at 56x56 (NCHW16c) 83-95 -> 58-65 us, 24 -> 144 (NCHW8c in)
     115 -> 81, 40 -> 240 at 28x28 67 -> 50, 144 -> 24 (NCHW8c out) 142 -> 122. A tile two
     registers wide (NCHW32c) already holds 14: two more chunks measured slower (64 -> 256
-    at 56x56: 310 -> 427 us), so it keeps its own."""
+    at 56x56: 310 -> 427 us), so it keeps its own; but a tile two registers wide over
+    fewer than 6 rows (ViT's 50 tokens: 5 rows, 10 sums) takes two chunks of its lanes'
+    operand (two vectors of a [K, N] weight, two panels): 50 x 768 x 192 45.7-46.7 ->
+    39-43 us, 50 x 192 x 768 49.7 -> 41 (the kernel alone, 2 threads)."""
     per_row = -(-vector // config.vector_lanes)
     held = rows * per_row
     limit = config.accumulators - 4
     best = (None, 1, rows)
-    if per_row > 1:
+    if per_row > 2 or (per_row == 2 and held > _FEW_SUMS):
         return best
-    for axis in sweep:
+    for axis, extent in chunks.items():
         for factor in range(2, 9):
-            if extents[axis] % factor:
+            if extent % factor:
                 continue
-            fitting = [r for r in _ROWS if r >= 4 and factor * r <= limit and span % r == 0]
-            if not fitting or factor * fitting[0] < 2 * held:
+            fitting = [
+                r for r in _ROWS if r >= 4 and factor * r * per_row <= limit and span % r == 0
+            ]
+            if not fitting or factor * fitting[0] * per_row < 2 * held:
                 continue
             if best[0] is None or factor * fitting[0] > best[1] * best[2]:
                 best = (axis, factor, fitting[0])
