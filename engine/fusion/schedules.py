@@ -30,6 +30,7 @@ import contextlib
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.fusion.schedule_rows import row_reduction
 from engine.fusion.winograd import HAND_WRITTEN
@@ -200,14 +201,10 @@ def _anchor(sch):
 
 
 def _tiled(sch, config: CpuScheduleConfig) -> bool:
-    anchor = _anchor(sch)
-    if anchor is None:
+    nest = _nest(sch)
+    if nest is None:
         return False
-    types = _iter_types(sch, anchor)
-    loops = sch.get_loops(anchor)
-    if len(loops) != len(types) or types != sorted(types) or 2 not in types:
-        return False  # loops are not "spatial then reduce": leave it to the simple rule
-    n_spatial = types.count(0)
+    anchor, n_spatial = nest.anchor, nest.n_spatial
     tile = _choose_tile(sch, anchor, n_spatial, config)
     if tile is None:
         return False
@@ -539,31 +536,52 @@ def _names(text: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", text))
 
 
-def _operands(sch, anchor):
-    """The anchor block, the regions it reads (its own output excluded), its iteration
-    kinds (0 spatial, 2 reduce) and its loops."""
+class _Nest(NamedTuple):
+    anchor: object
+    block: object
+    reads: list
+    """The regions the anchor reads, its own output excluded."""
+    loops: list
+    n_spatial: int
+    """Its first loops are spatial, this many; the rest reduce."""
+
+    @property
+    def names(self) -> list[str]:
+        return [str(iv.var) for iv in self.block.iter_vars]
+
+
+def _nest(sch) -> _Nest | None:
+    """The kernel's anchor when its loops are its block's iterators, the spatial ones
+    first, then the reduce ones (the anchor has one: it reduces at least
+    ``_MIN_ANCHOR_REDUCE``); None otherwise, for the simpler rules. Every rule that tiles
+    or reorders the anchor's loops starts here."""
+    anchor = _anchor(sch)
+    if anchor is None:
+        return None
     block = sch.get(anchor)
     output = _buffer(block.writes[0])
     reads = [r for r in block.reads if not _buffer(r).same_as(output)]
-    return block, reads, _iter_types(sch, anchor), sch.get_loops(anchor)
+    types, loops = _iter_types(sch, anchor), sch.get_loops(anchor)
+    if len(loops) != len(types) or types != sorted(types):
+        return None
+    return _Nest(anchor, block, reads, loops, types.count(0))
 
 
 def _per_channel(sch, config: CpuScheduleConfig) -> bool:
     """Depthwise conv: parallel over the leading spatial loops up to the channel (the first
     axis both operands are indexed by), the padded input and the epilogue computed inside
     that loop, one channel at a time, the rest as written."""
-    anchor = _anchor(sch)
-    if anchor is None or _reduce_extent(sch, anchor) >= _MIN_GEMV_REDUCE:
+    nest = _nest(sch)
+    if nest is None or len(nest.reads) != 2:
         return False
-    block, reads, types, loops = _operands(sch, anchor)
-    if len(reads) != 2 or len(loops) != len(types) or types != sorted(types):
+    anchor, loops, names = nest.anchor, nest.loops, nest.names
+    if _reduce_extent(sch, anchor) >= _MIN_GEMV_REDUCE:
         return False
-    used = [set().union(*(_names(str(dim.min)) for dim in r.region)) for r in reads]
-    names = [str(iv.var) for iv in block.iter_vars]
-    shared = [k for k, t in enumerate(types) if t == 0 and all(names[k] in u for u in used)]
-    if not shared or shared[0] + 1 >= types.count(0):
+    used = [set().union(*(_names(str(dim.min)) for dim in r.region)) for r in nest.reads]
+    shared = [k for k in range(nest.n_spatial) if all(names[k] in u for u in used)]
+    if not shared or shared[0] + 1 >= nest.n_spatial:
         return False  # no channel axis, or nothing left inside it
-    name = block.name_hint
+    name = nest.block.name_hint
     _inline_consumers_of(sch, anchor, keep=name)
     lead = loops[: shared[0] + 1]
     outer = sch.fuse(*lead) if len(lead) > 1 else lead[0]
@@ -586,21 +604,18 @@ def _window(sch, config: CpuScheduleConfig) -> bool:
     that axis in vector lanes inside, the outer output loops in parallel. As written, every
     output element was a scalar loop over its window (a 3x3 max pool over 64x64x32,
     NCHW16c: 85 us; onnxruntime's 14 us; ours now 9 us)."""
-    anchor = _anchor(sch)
-    if anchor is None:
+    nest = _nest(sch)
+    if nest is None or not nest.reads:
         return False
-    block, reads, types, loops = _operands(sch, anchor)
-    if not reads or len(loops) != len(types) or types != sorted(types):
-        return False
-    n_spatial = types.count(0)
+    anchor, reads, loops, n_spatial = nest.anchor, nest.reads, nest.loops, nest.n_spatial
     # A long reduction of one tensor (a global pool in channel blocks, a squeeze-excite's
     # mean) the same way, its sums in registers: parallel over the channels with every
     # lane a scalar loop over 112x112 strided by the block, it took 198 us for 32 channels
     # (onnxruntime 14).
     long = _reduce_extent(sch, anchor) > 64
-    if n_spatial < 2 or n_spatial == len(types) or (long and len(reads) > 1):
+    if n_spatial < 2 or (long and len(reads) > 1):
         return False
-    lane_var = str(block.iter_vars[n_spatial - 1].var)
+    lane_var = nest.names[n_spatial - 1]
     for read in reads:
         last = str(read.region[-1].min)
         if lane_var not in _names(last) or f"{lane_var} *" in last:
@@ -636,16 +651,13 @@ def _plane_window(sch, config: CpuScheduleConfig) -> bool:
     the padding's bounds check sat on every lane of every window step (a 3x3 max pool over
     128x28x28, stride 1: 361 us; onnxruntime 34). Strided columns (a gather) stay scalar:
     still no bounds check inside."""
-    anchor = _anchor(sch)
-    if anchor is None:
+    nest = _nest(sch)
+    if nest is None or len(nest.reads) != 1 or nest.n_spatial < 3:
         return False
-    block, reads, types, loops = _operands(sch, anchor)
-    if len(reads) != 1 or len(loops) != len(types) or types != sorted(types):
+    anchor, reads, loops, n_spatial = nest.anchor, nest.reads, nest.loops, nest.n_spatial
+    if _reduce_extent(sch, anchor) > 64:
         return False
-    n_spatial = types.count(0)
-    if n_spatial < 3 or n_spatial == len(types) or _reduce_extent(sch, anchor) > 64:
-        return False
-    names = [str(iv.var) for iv in block.iter_vars]
+    names = nest.names
     last = _names(str(reads[0].region[-1].min))
     if names[n_spatial - 1] not in last or not last & set(names[n_spatial:]):
         return False  # not a window along the columns (channel blocks: ``_window``)
@@ -655,7 +667,7 @@ def _plane_window(sch, config: CpuScheduleConfig) -> bool:
     strided = f"{names[n_spatial - 1]} *" in str(reads[0].region[-1].min)
     extent = _int(sch.get(loops[n_spatial - 1]).extent)
     lanes = 1 if strided else _divisor(extent, (config.vector_lanes, config.vector_lanes // 2, 4))
-    name = block.name_hint
+    name = nest.block.name_hint
     _inline_consumers_of(sch, anchor, keep=name)
     loops = sch.get_loops(anchor)
     planes = loops[: n_spatial - 2]
