@@ -112,8 +112,18 @@ def write_manifest(
 
 
 def pack(directory: Path, tarball: Path) -> tuple[Path, dict[str, str]]:
-    """Record every file's sha256 in the manifest, then tar and gzip the directory."""
+    """Record every file's sha256 in the manifest, then tar and gzip the directory. Segment
+    files no segment of the manifest names (a build whose nodes moved to onnxruntime since)
+    are removed first: the artifact holds what its runner reads."""
     manifest = json.loads((directory / MANIFEST).read_text())
+    named = set()
+    for entry in manifest.get("segments", ()):
+        named.update(entry[k] for k in ("library", "params", "model") if entry.get(k))
+        if entry.get("library"):  # its kernels alone, for on-device timing, if exported
+            named.add(Path(entry["library"]).stem + ".kernels.so")
+    for path in directory.glob("segment*"):
+        if path.is_file() and path.name not in named:
+            path.unlink()
     files = {
         p.name: sha256_file(p)
         for p in sorted(directory.iterdir())

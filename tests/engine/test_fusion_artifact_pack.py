@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import subprocess
 import tarfile
 import zlib
@@ -54,14 +55,21 @@ def test_pack_reads_back_with_tar_gzip_and_python_streaming(tmp_path):
     directory = tmp_path / "model"
     directory.mkdir()
     files = {
-        "manifest.json": b"{}",
+        "manifest.json": json.dumps(
+            {"segments": [{"library": "segment0.so", "params": "segment0.params.npz"}]}
+        ).encode(),
         "run.py": b"print('run')\n" * 500,
+        "segment0.so": b"\x7fELF",
         "segment0.params.npz": np.random.default_rng(1).standard_normal(1 << 21).tobytes(),
     }
     for name, data in files.items():
         (directory / name).write_bytes(data)
+    # an earlier build's segment, whose nodes moved to onnxruntime since: not shipped
+    (directory / "segment3.so").write_bytes(b"\x7fELF")
+    (directory / "segment3.params.npz").write_bytes(b"")
     tarball, digests = pack(directory, tmp_path / "model.tar.gz")
-    assert set(digests) == {"run.py", "segment0.params.npz", "model.tar.gz"}
+    assert set(digests) == {"run.py", "segment0.so", "segment0.params.npz", "model.tar.gz"}
+    assert not (directory / "segment3.so").exists()
     for mode in ("r:gz", "r|gz"):  # random access and streaming (``curl ... | tar``)
         with tarfile.open(tarball, mode) as tar:
             got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
