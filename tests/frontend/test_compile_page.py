@@ -112,6 +112,34 @@ def test_the_card_says_where_the_artifact_runs_how_it_was_timed_and_its_memory()
     assert "differ by machine noise: 0.59×" in html
 
 
+def test_the_card_says_when_the_prepared_model_ships_and_why():
+    result = copy.deepcopy(TUNED)
+    why = (
+        "the prepared model in onnxruntime beat onnxruntime alone on the model as uploaded "
+        "by at least 5% in every timing (2.516 against 2.867 ms and 2.398 against 2.833 ms)"
+    )
+    result.update(
+        backend="onnxruntime",
+        onnxruntime_as_uploaded=False,
+        artifact_reason=why,
+        latency_ms=2.398,
+        onnxruntime_latency_ms=2.833,
+        speed_vs_onnxruntime=2.833 / 2.398,
+        timing={
+            "rounds": 3,
+            "runs_per_round": {"compiled": 40},
+            "onnxruntime_threads": 2,
+            "onnxruntime_ms_by_threads": {"1": 4.9, "2": 2.833},
+            "peak_memory": {},
+        },
+    )
+    html = " ".join(page(result).split())
+    assert "onnxruntime alone, on the prepared model (measured faster than the model as" in html
+    assert f'id="compile-why">{why}' in html
+    # its own measured speed, not 1 by construction
+    assert "by construction" not in html and "1.18×" in html
+
+
 def test_the_card_says_which_thread_setting_the_build_ships_with():
     result = copy.deepcopy(TUNED)
     result["timing"] = {
