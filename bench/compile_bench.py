@@ -126,6 +126,7 @@ def bench_one(path: Path, out: Path, threads: int, minutes: float, store: str, c
             for k in ("trials", "tasks_tuned", "records_used", "improved", "seconds", "end_to_end")
         },
         "timings_s": data["timings_s"],
+        "artifact_reason": data.get("artifact_reason"),
         "confirmed": _confirm(out / "artifact", prepared.model, data, threads, config),
     }
 
@@ -135,8 +136,9 @@ def _confirm(artifact: Path, model, data: dict, threads: int, config) -> dict:
     The compile's own figure comes from the rounds that chose the backend, so it is biased
     upwards: noise that favours TVM ships TVM and shows as a win, noise that favours
     onnxruntime ships onnxruntime at 1.0. These rounds decided nothing. An artifact that is
-    onnxruntime alone is the baseline itself: 1.0, not timed again."""
-    if data["backend"] == "onnxruntime":
+    onnxruntime alone on the model as uploaded is the baseline itself: 1.0, not timed
+    again (onnxruntime on the prepared model is timed)."""
+    if data["backend"] == "onnxruntime" and data.get("onnxruntime_as_uploaded", True):
         return {"speed_vs_onnxruntime": 1.0, "timed": False}
     from engine.fusion.fair_timing import time_fairly
     from engine.fusion.standalone import CompiledModel
