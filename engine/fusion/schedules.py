@@ -9,7 +9,9 @@ schedule from its structure, the way MetaSchedule's rules would shape one sample
   index does not address the vectorized operand is unrolled over (that load is reused),
   the tile accumulates in a local buffer and the epilogue (bias, residual, ReLU) is
   fused into the write-back (Souffle's "epilogue adopts the anchor's schedule");
-- elementwise producers and consumers are inlined where TIR allows it;
+- elementwise producers and consumers are inlined where TIR allows it, except a small
+  value a larger elementwise consumer reads broadcast (a squeeze-excite's scale): that is
+  computed once, in a block of its own;
 - a depthwise conv (a small reduction whose channel indexes both operands: no register
   reuse to tile for) runs parallel over (batch, channel), its padding computed per channel
   next to it and its inner loops left to LLVM's vectorizer: measured here 0.11 ms for a
@@ -40,6 +42,11 @@ _MIN_GEMV_REDUCE = 64  # ... nor one without register rows (depthwise conv) belo
 _ROWS = (7, 8, 6, 4, 5, 3, 2)  # register rows of the tile, first divisor wins
 _SCHEDULED = "tir.is_scheduled"
 _FEW_SUMS = 10  # a tile two registers wide holding at most this many sums is widened
+# An elementwise block a consumer reads this many times per value (broadcast) is computed
+# once, not inlined: EfficientNet's squeeze-excite scale, sigmoid(conv(pooled)) of 144
+# values, was computed again for each of the 451,584 elements it scales (a polynomial exp
+# each): 148 us for the kernel, onnxruntime 23.
+_BROADCAST_READS = 8
 _MIN_SHARES = 8  # parallel shares of a tiled kernel below which its last tile loop joins
 # Steps of a lone reduction loop (a 1x1 conv's input channels, a matmul's K) unrolled per
 # iteration. One step is two weight loads, seven broadcasts and fourteen FMAs; LLVM left
@@ -813,6 +820,8 @@ def _inline_elementwise(sch) -> None:
             if 2 in _iter_types(sch, block):
                 continue
             for inline in (sch.compute_inline, sch.reverse_compute_inline):
+                if inline == sch.compute_inline and _broadcast(sch, block):
+                    continue
                 try:
                     inline(block)
                 except Exception:  # noqa: BLE001 - not inlinable here; try the next way
@@ -834,12 +843,32 @@ def _inline_consumers_of(sch, anchor, keep: str) -> None:
             name = sch.get(block).name_hint
             if name == keep or name in producers or 2 in _iter_types(sch, block):
                 continue
+            if _broadcast(sch, block):
+                continue
             try:
                 sch.compute_inline(block)
                 changed = True
                 break
             except Exception:  # noqa: BLE001 - a consumer of the anchor: fused later
                 continue
+
+
+def _broadcast(sch, block) -> bool:
+    """Whether an elementwise consumer of ``block`` runs over at least
+    ``_BROADCAST_READS`` times as many points as ``block`` computes: it reads each value
+    broadcast, and inlined there the value would be computed again at every point. (A
+    reduction reading a padded input nine times, a 3x3 window, keeps it inlined: a
+    depthwise conv with its padding materialized measured 216 us, inlined 180.)"""
+    size = _points(sch, block)
+    return any(
+        _points(sch, c) >= _BROADCAST_READS * size
+        for c in sch.get_consumers(block)
+        if 2 not in _iter_types(sch, c)
+    )
+
+
+def _points(sch, block) -> int:
+    return math.prod(_int(iv.dom.extent) for iv in sch.get(block).iter_vars)
 
 
 def _vectorize_innermost(sch, block, lanes: int) -> None:

@@ -4,6 +4,8 @@ to TVM without copies."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -443,6 +445,45 @@ def test_an_rgb_inputs_padding_runs_row_by_row_and_stays_exact():
             patch = xp[kh : kh + 20 : 2, kw : kw + 20 : 2, :]
             expected += np.einsum("hwi,io->hwo", patch, w[0, 0, :, kh, kw, :])
     np.testing.assert_allclose(out.numpy()[0, 0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_squeeze_excite_scale_is_computed_once_not_per_element_it_scales():
+    """sigmoid(conv(pooled) + bias) of 32 values scales a 32x28x28 activation: the sigmoid
+    runs once per channel in a block of its own, not again at each of the 25,088 elements
+    (EfficientNet-B0's excite kernels, 2 threads, AMD EPYC Zen 4, the kernel alone: 481 ->
+    168 us in all, the first 130 -> 22). A bias added to a full-size conv output, or a
+    padded input a window reads, stays inlined. Exact."""
+    import tvm
+    from tvm import te, topi
+
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    pooled = te.placeholder((1, 8), name="pooled")
+    weight = te.placeholder((32, 8), name="weight")
+    bias = te.placeholder((32,), name="bias")
+    x = te.placeholder((1, 32, 28, 28), name="x")
+    k = te.reduce_axis((0, 8), name="k")
+    conv = te.compute((1, 32), lambda n, c: te.sum(pooled[n, k] * weight[c, k], axis=k))
+    scale = topi.sigmoid(te.compute((1, 32), lambda n, c: conv[n, c] + bias[c], name="biased"))
+    out = te.compute((1, 32, 28, 28), lambda n, c, h, w: x[n, c, h, w] * scale[n, c], name="scaled")
+    func = te.create_prim_func([pooled, weight, bias, x, out])
+    scheduled, _ = schedule_cpu(func, CpuScheduleConfig(16))
+    text = scheduled.script()
+    blocks = re.findall(r'T\.sblock\("(\w+)"\)', text)
+    # the conv, the sigmoid in a block of its own over the 32 values (the bias, the same
+    # 32 points, inlined into it) and the scaled activation
+    assert blocks == ["root", "compute", "compute_1", "scaled"]
+    assert "T.parallel(25088)" in text
+    scaled = text[text.index('T.sblock("scaled")') :]
+    assert "T.exp" not in scaled and "88.37" not in scaled  # no exp per element
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape).astype("float32") for shape in ([1, 8], [32, 8], [32])]
+    arrays.append(rng.standard_normal((1, 32, 28, 28)).astype("float32"))
+    got = tvm.runtime.tensor(np.zeros((1, 32, 28, 28), "float32"))
+    tvm.compile(scheduled, target="llvm")(*[tvm.runtime.tensor(a) for a in arrays], got)
+    p, w, b, xv = arrays
+    expected = xv * (1 / (1 + np.exp(-(p @ w.T + b))))[:, :, None, None]
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("to_blocks", [True, False])
