@@ -119,8 +119,9 @@ def pack(directory: Path, tarball: Path) -> tuple[Path, dict[str, str]]:
     named = set()
     for entry in manifest.get("segments", ()):
         named.update(entry[k] for k in ("library", "params", "model") if entry.get(k))
-        if entry.get("library"):  # its kernels alone, for on-device timing, if exported
-            named.add(Path(entry["library"]).stem + ".kernels.so")
+        if entry.get("library"):  # its kernels alone and their arguments, if exported for
+            stem = Path(entry["library"]).stem  # timing each kernel on a device
+            named.update((f"{stem}.kernels.so", f"{stem}.kernels.json"))
     for path in directory.glob("segment*"):
         if path.is_file() and path.name not in named:
             path.unlink()

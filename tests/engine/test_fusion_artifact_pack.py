@@ -60,6 +60,9 @@ def test_pack_reads_back_with_tar_gzip_and_python_streaming(tmp_path):
         ).encode(),
         "run.py": b"print('run')\n" * 500,
         "segment0.so": b"\x7fELF",
+        # its kernels alone and their arguments, for timing each kernel on a device
+        "segment0.kernels.so": b"\x7fELF",
+        "segment0.kernels.json": b"{}",
         "segment0.params.npz": np.random.default_rng(1).standard_normal(1 << 21).tobytes(),
     }
     for name, data in files.items():
@@ -68,7 +71,7 @@ def test_pack_reads_back_with_tar_gzip_and_python_streaming(tmp_path):
     (directory / "segment3.so").write_bytes(b"\x7fELF")
     (directory / "segment3.params.npz").write_bytes(b"")
     tarball, digests = pack(directory, tmp_path / "model.tar.gz")
-    assert set(digests) == {"run.py", "segment0.so", "segment0.params.npz", "model.tar.gz"}
+    assert set(digests) == set(files) - {"manifest.json"} | {"model.tar.gz"}
     assert not (directory / "segment3.so").exists()
     for mode in ("r:gz", "r|gz"):  # random access and streaming (``curl ... | tar``)
         with tarfile.open(tarball, mode) as tar:
