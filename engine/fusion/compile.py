@@ -477,6 +477,9 @@ def compile_model(
         if config.choose_backends and not mix_wins(result):
             # onnxruntime alone was as fast: ship it, on its best thread setting.
             mix = result["timing"]
+            # what was timed against the upload: TVM's kernels with onnxruntime's, or (none
+            # left) onnxruntime alone on the prepared model
+            prepared_only = not fused
             artifact_threads = mix["onnxruntime_threads"]
             if fused and len(mix.get("timings") or ()) > 1:
                 first, again = mix["timings"][0], mix["timings"][-1]
@@ -515,7 +518,7 @@ def compile_model(
             manifest(staging, built)
             result = onnxruntime_alone(original, staging, config, inputs, mix)
             as_uploaded = True
-            result["timing"]["mix"] = mix
+            result["timing"]["mix"] = {**mix, "prepared_only": prepared_only}
             clock.lap("onnxruntime_only")
         elif config.choose_backends and result["timing"]:
             won = " and ".join(

@@ -137,6 +137,7 @@ def test_with_no_tvm_kernel_left_the_prepared_model_ships_only_when_it_beat_the_
         # as fast: the upload ships, 1 by construction, and says what the prepared gave
         assert data["onnxruntime_as_uploaded"] is True
         assert data["timing"]["mix"]["latency_ms"] == 1.0
+        assert data["timing"]["mix"]["prepared_only"] is True
         assert data["speed_vs_onnxruntime"] == 1.0
         assert data["artifact_reason"].startswith(
             "no TVM kernel is left, and the prepared model in onnxruntime (1.000 ms) was not "
@@ -243,6 +244,8 @@ def test_a_mix_not_faster_than_onnxruntime_alone_becomes_onnxruntime_alone(
     assert {f["reason"] for f in data["fallback_nodes"]} == {reason}
     # The mix's figures stay in the result; the shipped artifact is timed as shipped.
     assert data["timing"]["mix"]["latency_ms"] == 1.0 and data["latency_ms"] == 1.04
+    assert data["timing"]["mix"]["prepared_only"] is False  # TVM's kernels were in it
+    assert data["artifact_reason"] == reason
     artifact = tmp_path / "c" / "artifact"
     manifest = json.loads((artifact / MANIFEST).read_text())
     assert [s["backend"] for s in manifest["segments"]] == ["onnxruntime"]
