@@ -27,10 +27,12 @@ from pathlib import Path
 import onnx
 
 from engine.fusion import delegate
+from engine.fusion.build import kernel_arguments_file
 from engine.fusion.standalone import MANIFEST
 
 RUNNER = "run.py"
 _PACKAGES = ("apache-tvm", "apache-tvm-ffi", "numpy", "ml_dtypes")
+SEGMENT_FILES = ("library", "params", "model", "kernels", "kernel_arguments")  # a segment's
 
 
 def write_manifest(
@@ -63,6 +65,12 @@ def write_manifest(
                     "library": b.library,
                     "params": b.params_file,
                     "param_names": b.param_names,
+                    # the kernels alone and their arguments, where exported for timing
+                    # each kernel on a device
+                    "kernels": b.kernels_library,
+                    "kernel_arguments": (
+                        kernel_arguments_file(b.kernels_library) if b.kernels_library else None
+                    ),
                     "inputs": seg.inputs,
                     "outputs": seg.outputs,
                     "nodes": len(seg.nodes),
@@ -114,14 +122,11 @@ def write_manifest(
 def pack(directory: Path, tarball: Path) -> tuple[Path, dict[str, str]]:
     """Record every file's sha256 in the manifest, then tar and gzip the directory. Segment
     files no segment of the manifest names (a build whose nodes moved to onnxruntime since)
-    are removed first: the artifact holds what its runner reads."""
+    are removed first: the artifact holds what its manifest names."""
     manifest = json.loads((directory / MANIFEST).read_text())
-    named = set()
-    for entry in manifest.get("segments", ()):
-        named.update(entry[k] for k in ("library", "params", "model") if entry.get(k))
-        if entry.get("library"):  # its kernels alone and their arguments, if exported for
-            stem = Path(entry["library"]).stem  # timing each kernel on a device
-            named.update((f"{stem}.kernels.so", f"{stem}.kernels.json"))
+    named = {
+        entry[k] for entry in manifest.get("segments", ()) for k in SEGMENT_FILES if entry.get(k)
+    }
     for path in directory.glob("segment*"):
         if path.is_file() and path.name not in named:
             path.unlink()

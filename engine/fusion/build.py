@@ -250,8 +250,13 @@ def export_kernels(executable, mod, spec, library: Path) -> str:
                 break
             specs.append([dims, str(ty.dtype)])
         arguments[gv.name_hint] = specs
-    library.with_suffix(".json").write_text(json.dumps(arguments))
+    (library.parent / kernel_arguments_file(library.name)).write_text(json.dumps(arguments))
     return library.name
+
+
+def kernel_arguments_file(kernels_library: str) -> str:
+    """The file beside a kernels' library that holds their arguments."""
+    return str(Path(kernels_library).with_suffix(".json"))
 
 
 def _apply_tuned(mod, tuned: dict):

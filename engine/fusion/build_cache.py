@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.fusion.build import BuiltSegment, save_params
+from engine.fusion.build import BuiltSegment, kernel_arguments_file, save_params
 from engine.fusion.workloads import code_version
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -108,8 +108,7 @@ class BuildCache:
             return
         files = [built.library]
         if built.kernels_library:
-            kernels = directory / built.kernels_library
-            files += [kernels.name, kernels.with_suffix(".json").name]
+            files += [built.kernels_library, kernel_arguments_file(built.kernels_library)]
         partial = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)

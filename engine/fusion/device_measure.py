@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.errors import EngineError, ProgressFn
 from engine.fusion.artifact import sha256_file
+from engine.fusion.build import kernel_arguments_file
 from engine.fusion.standalone import to_numpy
 from engine.remote.device import DeviceSession, device_errors
 
@@ -103,11 +104,10 @@ class _RemoteSegment:
         with np.load(staging / spec["params"]) as params:
             self.params = [tvm.runtime.tensor(params[n], self.dev) for n in spec["param_names"]]
         self.kernels = None
-        kernels = library.with_name(library.stem + ".kernels.so")
-        if kernels.is_file():
-            session.upload(str(kernels), f"{stem}.kernels.so")
+        if spec.get("kernels"):
+            session.upload(str(staging / spec["kernels"]), f"{stem}.kernels.so")
             self.kernels = session.load_module(f"{stem}.kernels.so")
-            self.kernel_args = json.loads(kernels.with_suffix(".json").read_text())
+            self.kernel_args = json.loads((staging / spec["kernel_arguments"]).read_text())
 
     def arguments(self, values: dict) -> list:
         tensor = self.tvm.runtime.tensor
@@ -143,7 +143,7 @@ def time_kernel_library(opened: DeviceSession, library: Path, repeats: int = 5) 
     with device_errors(opened):
         opened.session.upload(str(library), name)
         module = opened.session.load_module(name)
-        arguments = json.loads(library.with_suffix(".json").read_text())
+        arguments = json.loads((library.parent / kernel_arguments_file(library.name)).read_text())
         return time_each(module, opened.device, arguments, repeats)
 
 

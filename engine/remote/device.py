@@ -10,6 +10,10 @@ TVM's RPC errors (a device that drops mid-run, a session past its timeout) becom
 from __future__ import annotations
 
 import contextlib
+import errno
+import gc
+import socket
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -92,10 +96,17 @@ def open_device(remote: Remote, progress: ProgressFn | None = None) -> Iterator[
         opened.reported = _self_report(session)
     try:
         yield opened
+    except BaseException as e:
+        # an exception keeps the frames it came through, and their remote modules and
+        # tensors hold the session: kept in a report or a log, it would keep the device
+        # leased until the session's timeout. The frames are done; their locals go.
+        traceback.clear_frames(e.__traceback__)
+        raise
     finally:
         # TVM's RPCSession has no close(): the last reference closes the socket, and the
-        # device goes back to the tracker's pool
+        # device goes back to the tracker's pool (gc: a reference cycle may hold one)
         opened.session = session = None
+        gc.collect()
 
 
 @contextlib.contextmanager
@@ -115,11 +126,22 @@ def device_errors(opened: DeviceSession) -> Iterator[None]:
         ) from e
 
 
+_NETWORK_ERRNOS = {
+    errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.ENOTCONN,
+    errno.ESHUTDOWN,
+}  # fmt: skip
+
+
 def _is_rpc_failure(error: Exception) -> bool:
     """TVM reports a broken link as RPCError, or as an InternalError from its RPC
-    endpoint ("code == RPCCode::kReturn"), or as a socket error."""
+    endpoint ("code == RPCCode::kReturn"), or as a socket error. Other OS errors (a
+    file of ours missing or unreadable) are this worker's, not the device's."""
+    if isinstance(error, OSError):
+        return isinstance(
+            error, (ConnectionError, TimeoutError, socket.gaierror, socket.herror)
+        ) or (error.filename is None and error.errno in _NETWORK_ERRNOS)
     text = f"{type(error).__name__} {error}".lower()
-    return isinstance(error, OSError) or any(w in text for w in ("rpc", "socket", "connection"))
+    return any(w in text for w in ("rpc", "socket", "connection"))
 
 
 def _self_report(session) -> dict:

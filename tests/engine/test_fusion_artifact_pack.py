@@ -56,7 +56,16 @@ def test_pack_reads_back_with_tar_gzip_and_python_streaming(tmp_path):
     directory.mkdir()
     files = {
         "manifest.json": json.dumps(
-            {"segments": [{"library": "segment0.so", "params": "segment0.params.npz"}]}
+            {
+                "segments": [
+                    {
+                        "library": "segment0.so",
+                        "params": "segment0.params.npz",
+                        "kernels": "segment0.kernels.so",
+                        "kernel_arguments": "segment0.kernels.json",
+                    }
+                ]
+            }
         ).encode(),
         "run.py": b"print('run')\n" * 500,
         "segment0.so": b"\x7fELF",
@@ -70,9 +79,10 @@ def test_pack_reads_back_with_tar_gzip_and_python_streaming(tmp_path):
     # an earlier build's segment, whose nodes moved to onnxruntime since: not shipped
     (directory / "segment3.so").write_bytes(b"\x7fELF")
     (directory / "segment3.params.npz").write_bytes(b"")
+    (directory / "segment3.kernels.so").write_bytes(b"\x7fELF")
     tarball, digests = pack(directory, tmp_path / "model.tar.gz")
     assert set(digests) == set(files) - {"manifest.json"} | {"model.tar.gz"}
-    assert not (directory / "segment3.so").exists()
+    assert not any(directory.glob("segment3*"))
     for mode in ("r:gz", "r|gz"):  # random access and streaming (``curl ... | tar``)
         with tarfile.open(tarball, mode) as tar:
             got = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}

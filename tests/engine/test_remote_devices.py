@@ -148,6 +148,29 @@ def test_a_busy_device_makes_the_next_request_wait_then_give_up(devices):
         assert opened.reported["cpu"]
 
 
+def test_a_measurement_that_raises_gives_the_device_back_at_once(devices):
+    """A failure worker-side (a missing file, a bug) inside the session: the exception,
+    kept with its traceback as pytest or a worker's error report keeps it, must not keep
+    the remote objects of the frames it came through, and with them the device leased
+    until the session times out. A missing file of ours is not reported as the device
+    lost."""
+    target = remote_target(devices.address, "board", wait_s=2)
+
+    def measure(opened):
+        with device_errors(opened):  # a file of ours: not said to be the device's fault
+            kernel = opened.session.get_function("runtime.NumThreads")  # a remote handle
+            assert kernel() >= 1
+            raise FileNotFoundError(2, "No such file or directory", "segment0.kernels.json")
+
+    with pytest.raises(FileNotFoundError) as caught, open_device(target.remote) as opened:
+        measure(opened)
+    assert caught.value.__traceback__ is not None
+    started = time.monotonic()
+    with open_device(target.remote) as opened:  # at once, not after the session's timeout
+        assert opened.reported["cpu"]
+    assert time.monotonic() - started < 2
+
+
 def test_a_waiting_request_is_withdrawn_when_the_run_is_cancelled(devices):
     from engine.errors import Cancelled
 
