@@ -18,10 +18,11 @@ from pathlib import Path
 
 import onnx
 
-from engine.errors import ProgressFn, UnsupportedModelError
+from engine.errors import EngineError, ProgressFn, UnsupportedModelError
 from engine.fusion import artifact, delegate, plan, rules
 from engine.fusion.backend_choice import (
     MARGIN,
+    each_timing,
     mix_wins,
     moved_to_onnxruntime,
     repartition,
@@ -144,9 +145,12 @@ class CompileResult:
     builds: dict = field(default_factory=dict)
     """Segment builds this compile made and copied from the build cache."""
     as_uploaded: bool = False
-    """The artifact is onnxruntime alone on the model as uploaded (at onnxruntime's best
-    thread setting): the baseline itself, its speed 1 by construction. Not so when
-    onnxruntime runs the prepared model, which measured faster than the upload."""
+    """The artifact is onnxruntime alone on the baseline (``baseline_model``, at
+    onnxruntime's best thread setting): the baseline itself, its speed 1 by construction.
+    Not so when onnxruntime runs the simplified model, which measured faster."""
+    baseline_model: str | None = None
+    """What onnxruntime ran as the baseline: the model as uploaded (the user's file), or
+    the prepared model where the compile was not given the upload (None: nothing timed)."""
     artifact_reason: str | None = None
     """Why the artifact is what it is, with the whole-model times that decided (None when
     nothing was timed)."""
@@ -172,6 +176,7 @@ class CompileResult:
             "timing": self.timing,
             "backend": self.backend,
             "onnxruntime_as_uploaded": self.as_uploaded,
+            "baseline_model": self.baseline_model,
             "artifact_reason": self.artifact_reason,
             "backend_choice": list(self.backend_choice),
             "peak_memory": (self.timing or {}).get("peak_memory"),
@@ -189,13 +194,16 @@ class CompileResult:
 
 
 def compile_model(
-    source, config: CompileConfig, progress: ProgressFn | None = None
+    source, config: CompileConfig, progress: ProgressFn | None = None, upload=None
 ) -> CompileResult:
     """Compile an ONNX model with TVM for ``config.target`` and check it against onnxruntime.
 
     ``source``: the prepared model (the stage's input: its upload's digest goes in the
     manifest, its key in the tuning store's entries), or a model (a path, bytes or a
-    ``ModelProto``, identified by the sha256 of its bytes).
+    ``ModelProto``, identified by the sha256 of its bytes). ``upload``: the path of the
+    user's file the prepared model was made from. onnxruntime on it is the baseline (what
+    the user runs today) and ships when onnxruntime alone wins. Without it, the baseline
+    is onnxruntime on the prepared model.
 
     Raises :class:`engine.errors.EngineError` subclasses for bad models, shapes or
     targets; :class:`engine.errors.Cancelled` propagates from ``progress``.
@@ -234,6 +242,16 @@ def compile_model(
         }
         if bound == {n: tuple(s) for n, s in source.input_shapes.items()}:
             original_file = Path(source.path)
+    # onnxruntime's side of every comparison, and what ships when onnxruntime alone wins
+    baseline, baseline_is = (original, original_file), AS_UPLOADED
+    if isinstance(source, PreparedModel):
+        baseline_is = PREPARED
+        if upload is not None:
+            found, why = _upload_baseline(upload, original)
+            if found is not None:
+                baseline, baseline_is = found, AS_UPLOADED
+            else:
+                baseline_is = f"{PREPARED}; not the upload: {why}"
     model, simplify_report = simplify(original)
     model = prepare(model, unique_node_names(model.graph.node))
     model = with_inferred_shapes(model)
@@ -456,7 +474,7 @@ def compile_model(
     if config.measure:
         report(0.85, "running against onnxruntime")
         result = measure(
-            (original, original_file),
+            baseline,
             staging,
             spec,
             config,
@@ -486,48 +504,49 @@ def compile_model(
                 reason = (
                     f"the mix of TVM and onnxruntime won the first timing ("
                     f"{first['latency_ms']:.3f} against {first['onnxruntime_latency_ms']:.3f} "
-                    "ms for onnxruntime alone on the model as uploaded) but not when timed "
+                    f"ms for onnxruntime alone on {baseline_is}) but not when timed "
                     f"again in fresh processes ({again['latency_ms']:.3f} against "
                     f"{again['onnxruntime_latency_ms']:.3f} ms): too close to ship on"
                 )
             elif fused:
                 reason = (
                     f"the mix of TVM and onnxruntime ({mix['latency_ms']:.3f} ms) was not "
-                    "faster than onnxruntime alone on the model as uploaded "
+                    f"faster than onnxruntime alone on {baseline_is} "
                     f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s))"
                 )
             else:
                 reason = (
-                    "no TVM kernel is left, and the prepared model in onnxruntime "
-                    f"({mix['latency_ms']:.3f} ms) was not faster than the model as uploaded "
+                    f"no TVM kernel is left, and onnxruntime on {SIMPLIFIED} "
+                    f"({mix['latency_ms']:.3f} ms) was not faster than {baseline_is} "
                     f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s)) "
-                    "in every timing, so onnxruntime alone runs the model as uploaded"
+                    f"in every timing, so onnxruntime alone runs {baseline_is}"
                 )
             artifact_reason = reason
             for node in model.graph.node:
                 fallback.setdefault(node.name, reason)
-            # It ships the model onnxruntime was timed on, as uploaded (shapes bound): the
-            # prepared one can run slower in onnxruntime (GPT-2's dynamo export: 2.5x).
-            everything = {n.name for n in original.graph.node}
-            segments, fused, built = delegate.partition(original, everything), {}, {}
+            # It ships the model onnxruntime was timed on: the user's own file where the
+            # stage has it (the prepared one can run slower in onnxruntime: GPT-2's dynamo
+            # export 2.5x)
+            everything = {n.name for n in baseline[0].graph.node}
+            segments, fused, built = delegate.partition(baseline[0], everything), {}, {}
             # the TVM kernels did not ship: the mix's time above says what they gave
             kernels, fusion.boundaries = [], []
             fusion.kernels = kernels
             shutil.rmtree(staging)
             staging.mkdir(parents=True)
             manifest(staging, built)
-            result = onnxruntime_alone(original, staging, config, inputs, mix)
+            result = onnxruntime_alone(baseline[0], staging, config, inputs, mix, baseline_is)
             as_uploaded = True
             result["timing"]["mix"] = {**mix, "prepared_only": prepared_only}
             clock.lap("onnxruntime_only")
         elif config.choose_backends and result["timing"]:
             won = " and ".join(
                 f"{t['latency_ms']:.3f} against {t['onnxruntime_latency_ms']:.3f} ms"
-                for t in result["timing"].get("timings") or [result["timing"]]
+                for t in each_timing(result["timing"])
             )
             artifact_reason = (
-                f"{'the prepared model in onnxruntime' if not fused else 'the build'} beat "
-                f"onnxruntime alone on the model as uploaded by at least {MARGIN:.0%} in "
+                f"{'onnxruntime on ' + SIMPLIFIED if not fused else 'the build'} beat "
+                f"onnxruntime alone on {baseline_is} by at least {MARGIN:.0%} in "
                 f"every timing ({won})"
             )
         fastest = (result["timing"] or {}).get("compiled_threads")
@@ -574,6 +593,7 @@ def compile_model(
         kernel_split=split,
         builds=_builds(config.build_cache),
         as_uploaded=as_uploaded,
+        baseline_model=baseline_is if config.measure else None,
         artifact_reason=artifact_reason,
     )
 
@@ -598,6 +618,36 @@ def _graph_digest(model: onnx.ModelProto) -> str:
     for init in graph.initializer:
         digest.update(f"{init.name}:{init.data_type}:{list(init.dims)}".encode())
     return digest.hexdigest()
+
+
+AS_UPLOADED = "the model as uploaded"
+PREPARED = "the prepared model (the stage's input: shape arithmetic folded, inputs bound)"
+SIMPLIFIED = "the model as this compile simplified it"
+
+
+def _upload_baseline(upload, prepared: onnx.ModelProto):
+    """The user's file at ``upload`` as onnxruntime's baseline: ((its ModelProto, node
+    names made unique for partitioning, and the file, which onnxruntime's sessions read as
+    it is), None), or (None, why not) when it cannot be read or does not take the prepared
+    model's inputs and give its outputs."""
+    from engine.graph.loader import load_model, model_inputs
+    from engine.graph.topology import sorted_model, unique_node_names
+
+    try:
+        model = load_model(upload)
+    except (EngineError, OSError) as e:
+        return None, f"the upload could not be read again: {e}"
+
+    def signature(m):
+        fed = {v.name: v.type.tensor_type.elem_type for v in model_inputs(m)}
+        return fed, [o.name for o in m.graph.output]
+
+    if signature(model) != signature(prepared):
+        return None, "the upload takes or gives other tensors than the prepared model"
+    model, _ = sorted_model(model)
+    for node, name in zip(model.graph.node, unique_node_names(model.graph.node), strict=True):
+        node.name = name
+    return (model, Path(upload)), None
 
 
 def _source_sha256(source, model: onnx.ModelProto) -> str:

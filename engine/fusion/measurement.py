@@ -30,8 +30,9 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
     """Run the build and onnxruntime on the same example inputs: outputs compared, both
     timed fairly (:mod:`engine.fusion.fair_timing`: fresh processes, onnxruntime at its
     best thread setting, rounds alternating), peak memory of each, and each of ``kernels``
-    given its time and share (in place). ``original``: the model as uploaded, a ModelProto,
-    or (the ModelProto, the path of a file holding it or None)."""
+    given its time and share (in place). ``original``: onnxruntime's baseline (the model
+    as uploaded, or the prepared model), a ModelProto, or (the ModelProto, the path of a
+    file holding it or None)."""
     feeds = example_inputs(inputs, config.seed)
     with tempfile.TemporaryDirectory(prefix="workbench-measure-") as tmp:
         model_path = Path(tmp) / "model.onnx"
@@ -163,8 +164,9 @@ def against_reference(reference: dict, outputs: dict, config, mismatch):
     return errors, match
 
 
-def onnxruntime_alone(original, staging, config, inputs, timed: dict) -> dict:
-    """The result of an artifact that is onnxruntime alone on the model as uploaded, at the
+def onnxruntime_alone(original, staging, config, inputs, timed: dict, what: str) -> dict:
+    """The result of an artifact that is onnxruntime alone on ``original`` (``what`` it is:
+    the baseline ``timed`` was timed against), at the
     thread setting onnxruntime was fastest on in ``timed`` (a whole-model timing that just
     ran): that timing's onnxruntime figure is the artifact's, from the same processes and
     rounds, so it is not timed again (VGG-16: 24 s of a compile). The artifact is run
@@ -177,8 +179,8 @@ def onnxruntime_alone(original, staging, config, inputs, timed: dict) -> dict:
     timing = {
         **timed,
         "method": (
-            "the artifact is onnxruntime on the model as uploaded at its best thread setting:"
-            " its figures are onnxruntime's from the timing above (" + timed["method"] + ")"
+            f"the artifact is onnxruntime on {what} at its best thread setting: its "
+            "figures are onnxruntime's from the timing above (" + timed["method"] + ")"
         ),
         "latency_ms": timed["onnxruntime_latency_ms"],
         "compiled_threads": threads,

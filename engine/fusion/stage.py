@@ -59,7 +59,9 @@ def run(
             if options.substitute:
                 result["substitution"] = {"enabled": False, "note": REMOTE_SUBSTITUTION}
         else:
-            result = compile_model(prepared, config, progress=progress).to_dict()
+            result = compile_model(
+                prepared, config, progress=progress, upload=inputs.files.get("source")
+            ).to_dict()
     artifacts = {"compiled_library": result["artifact"]} if inputs.workdir else {}
     if not inputs.workdir:
         result["artifact"] = None

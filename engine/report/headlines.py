@@ -276,6 +276,8 @@ def _compile(d: dict) -> Iterator[Figure]:
         basis,
         True,
     )
+    if d.get("baseline_model"):  # what onnxruntime ran: the user's file or the prepared one
+        basis += f"; onnxruntime on {d['baseline_model']}"
     yield Figure(
         "compile.onnxruntime_latency_ms",
         "onnxruntime latency",
