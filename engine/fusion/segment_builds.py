@@ -80,16 +80,14 @@ def build_all(
         try:
             if spec.kind == "cuda":
                 built[index] = build_segment(*args)
-                if key is not None:
-                    cache.put(key, staging, stem, built[index])
-                continue
+            else:
 
-            def waiting(elapsed_s: float, index=index, fraction=fraction) -> None:
-                report(fraction, f"building segment {index} ({elapsed_s:.0f} s)")
+                def waiting(elapsed_s: float, index=index, fraction=fraction) -> None:
+                    report(fraction, f"building segment {index} ({elapsed_s:.0f} s)")
 
-            built[index] = forked.call_forked(
-                build_segment, args, timeout_s=timeout_s, poll=waiting
-            )
+                built[index] = forked.call_forked(
+                    build_segment, args, timeout_s=timeout_s, poll=waiting
+                )
             if key is not None:
                 cache.put(key, staging, stem, built[index])
         except forked.ChildTimeout as e:

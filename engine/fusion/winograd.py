@@ -29,6 +29,7 @@ measurement (``whole_model_check.choose_conv_layout``) decides whether a model k
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -365,17 +366,40 @@ def _parse(text: str):
         digest = hashlib.sha256(f"{identity}\n{text}".encode()).hexdigest()
         path = directory / f"{digest}.json"
         try:
-            return tvm.ir.load_json(path.read_text())
+            func = tvm.ir.load_json(path.read_text())
         except Exception:  # noqa: BLE001 - not there, or damaged: parsed (again) below
             pass
+        else:
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recently used: pruned last
+            return func
     func = tvm.script.from_source(text, extra_vars={"T": T}, check_well_formed=False)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, tvm.ir.save_json(func).encode())
+            _prune(path.parent, PARSE_CACHE_ENTRIES)
         except OSError:
             pass  # a cache that cannot be written is only a slower parse
     return func
+
+
+# A template parsed for one conv shape is 0.4 MB of JSON: the least recently used go
+# beyond this many (about 110 MB)
+PARSE_CACHE_ENTRIES = 256
+
+
+def _prune(directory: Path, keep: int) -> None:
+    """Remove the least recently used ``*.json`` beyond ``keep`` (another process may be
+    removing them too)."""
+    entries = []
+    for path in directory.glob("*.json"):
+        with contextlib.suppress(OSError):
+            entries.append((path.stat().st_mtime, path))
+    entries.sort(reverse=True)
+    for _, path in entries[keep:]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _f32(value: float) -> str:

@@ -260,3 +260,17 @@ def test_the_input_transform_reads_nothing_outside_its_input():
     )
     assert run.returncode >= 0, f"the transform faulted: signal {-run.returncode}"
     assert run.returncode == 0, f"the transform's corner tile is wrong: {run.stderr[-2000:]}"
+
+
+def test_the_parse_cache_keeps_the_most_recently_used_templates(tmp_path):
+    import os
+
+    from engine.fusion.winograd import _prune
+
+    for k in range(5):
+        path = tmp_path / f"{k}.json"
+        path.write_text("{}")
+        os.utime(path, (1000 + k, 1000 + k))
+    os.utime(tmp_path / "0.json", (2000, 2000))  # the oldest, just used again
+    _prune(tmp_path, keep=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.json", "3.json", "4.json"]
