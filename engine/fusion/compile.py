@@ -210,7 +210,7 @@ def compile_model(
     """
     from engine.graph.loader import load_model, model_inputs
     from engine.graph.shapes import apply_input_shapes
-    from engine.graph.topology import sorted_model, unique_node_names
+    from engine.graph.topology import name_uniquely, sorted_model, unique_node_names
 
     report = progress or (lambda fraction, message: None)
     if config.build_cache is not None and not isinstance(config.build_cache, BuildCache):
@@ -227,8 +227,7 @@ def compile_model(
         original = load_model(source)
         model_sha256 = model_key = _source_sha256(source, original)
     original, reordered = sorted_model(original)
-    for node, name in zip(original.graph.node, unique_node_names(original.graph.node), strict=True):
-        node.name = name  # the names the analyze stage shows
+    name_uniquely(original.graph.node)
     shapes = full_shapes(original, config.input_shapes, model_inputs)
     apply_input_shapes(original, shapes, allow_empty=True)  # empty tensors compile too
     # onnxruntime's sessions read the model from a file: the prepared model's own when this
@@ -631,7 +630,7 @@ def _upload_baseline(upload, prepared: onnx.ModelProto):
     it is), None), or (None, why not) when it cannot be read or does not take the prepared
     model's inputs and give its outputs."""
     from engine.graph.loader import load_model, model_inputs
-    from engine.graph.topology import sorted_model, unique_node_names
+    from engine.graph.topology import name_uniquely, sorted_model
 
     try:
         model = load_model(upload)
@@ -645,8 +644,7 @@ def _upload_baseline(upload, prepared: onnx.ModelProto):
     if signature(model) != signature(prepared):
         return None, "the upload takes or gives other tensors than the prepared model"
     model, _ = sorted_model(model)
-    for node, name in zip(model.graph.node, unique_node_names(model.graph.node), strict=True):
-        node.name = name
+    name_uniquely(model.graph.node)
     return (model, Path(upload)), None
 
 

@@ -31,8 +31,8 @@ from engine.graph.topology import (
     count_subgraph_nodes,
     execution_order,
     has_subgraphs,
+    name_uniquely,
     outer_scope_inputs,
-    unique_node_names,
 )
 
 PROGRESS_EVERY = 2000
@@ -132,8 +132,7 @@ def _build_graph(model: onnx.ModelProto, report: ProgressFn) -> Graph:
         if i % PROGRESS_EVERY == 0:
             report(0.5 * i / max(total, 1), f"building graph: reading {i}/{total} nodes")
         read.append(_make_node(proto))
-    for node, name in zip(read, unique_node_names(read), strict=True):
-        node.name = name
+    name_uniquely(read)
     produced = {o for node in read for o in node.outputs if o}
     initializers = {i.name: i for i in graph.initializer}
     inputs = [v.name for v in graph.input if v.name not in produced and v.name not in initializers]

@@ -74,7 +74,7 @@ from engine.graph.shapes import (
     infer_shapes,
 )
 from engine.graph.tensors import type_spec
-from engine.graph.topology import sorted_model, unique_node_names
+from engine.graph.topology import name_uniquely, sorted_model
 
 MAX_FOLDED_BYTES = 1 << 20
 """Constants larger than this (after folding) stay computed, as in the input (a model whose
@@ -144,10 +144,7 @@ def _prepare(
     header = model_header(model)
     user_model = onnx.ModelProto()
     user_model.CopyFrom(model)
-    for node, name in zip(
-        user_model.graph.node, unique_node_names(user_model.graph.node), strict=True
-    ):
-        node.name = name
+    name_uniquely(user_model.graph.node)
     user_names = [n.name for n in user_model.graph.node]
 
     report(0.1, "binding input shapes")

@@ -50,6 +50,13 @@ def unique_node_names(nodes: Sequence[Named]) -> list[str]:
     return names
 
 
+def name_uniquely(nodes: Sequence[Named]) -> None:
+    """Give ``nodes`` (protos or read nodes) the names :func:`unique_node_names` returns,
+    in place: the names the analyze stage shows and every later stage keys on."""
+    for node, name in zip(nodes, unique_node_names(nodes), strict=True):
+        node.name = name
+
+
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     """Return the control-flow subgraphs held in a node's attributes (If, Loop, Scan)."""
     found = []

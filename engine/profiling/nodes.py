@@ -69,7 +69,7 @@ from engine.graph import AnalysisConfig, analyze_model, load_model
 from engine.graph.analyze import ModelAnalysis
 from engine.graph.costs import OpCost
 from engine.graph.loader import ModelSource
-from engine.graph.topology import sorted_model, unique_node_names
+from engine.graph.topology import name_uniquely, sorted_model
 from engine.profiling.attribution import KernelProfile, OpProfile, attribute_kernels
 from engine.profiling.contention import memory_contention
 from engine.profiling.latency import agree, block_medians, quietest_stretch, window_filled
@@ -356,8 +356,7 @@ def named_model(source: ModelSource) -> onnx.ModelProto:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
-    for node, name in zip(model.graph.node, unique_node_names(model.graph.node), strict=True):
-        node.name = name
+    name_uniquely(model.graph.node)
     return model
 
 
