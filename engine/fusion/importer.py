@@ -333,8 +333,10 @@ def import_onnx(
         try:
             mod = importer.from_onnx(model.graph, opset)
         except NodeImportError:
+            _close_blocks(importer.bb)
             raise
         except Exception as e:  # noqa: BLE001 - e.g. an If whose branches do not convert
+            _close_blocks(importer.bb)
             raise NodeImportError("<graph>", "-", _one_line(e)) from e
     mod, params = relax.frontend.detach_params(mod)
     bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
@@ -344,6 +346,19 @@ def import_onnx(
     num_input = int(mod["main"].attrs["num_input"])
     values = {v: t.numpy() for v, t in zip(names[num_input:], params.get("main", []), strict=True)}
     return ImportedModule(mod, values, names[:num_input], mapping, folded)
+
+
+def _close_blocks(builder) -> None:
+    """End what an import that raised left open in its BlockBuilder: the binding block its
+    dataflow scope begins on the way out and the function's variable scope (the frontend's
+    scopes end neither on an exception). Left open, the builder prints "BlockBuilder
+    destroyed with remaining blocks!" when it is collected, once for every import that
+    raised (each segment a node failed to convert)."""
+    for end in (builder._end_block, builder.end_scope):
+        try:
+            end()
+        except Exception:  # noqa: BLE001 - nothing (more) open: TVM's check raises
+            return
 
 
 def _map_bindings(bindings, results) -> tuple[dict, list[str]]:

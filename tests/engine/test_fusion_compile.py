@@ -395,3 +395,27 @@ def test_a_decomposed_layer_norm_compiles_to_fewer_kernels_than_fuseops(save, tm
     # every node of the pattern is accounted for in a kernel
     names = {n for k in data["kernels"] for n in k["nodes"]}
     assert {"mean", "variance", "sqrt", "normalize", "shift"} <= names
+
+
+def test_an_import_that_raises_leaves_no_block_open(capfd):
+    """A node the frontend cannot convert ends the import; the builder it leaves is
+    collected without "BlockBuilder destroyed with remaining blocks!" on stderr."""
+    import gc
+
+    from onnx import TensorProto
+
+    from engine.fusion.importer import NodeImportError, import_onnx
+    from engine.fusion.preparation import dtypes
+
+    # the frontend converts the Relu, then refuses the Pad's mode half-way through
+    pads = helper.make_tensor("p", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Pad", ["r", "p"], ["y"], name="pad", mode="wrap"),
+    ]
+    model = build(nodes, [("x", [1, 4, 4, 4])], [("y", None)], [pads])
+    capfd.readouterr()
+    with pytest.raises(NodeImportError, match="'pad' \\(Pad\\)"):
+        import_onnx(model, {}, dtypes(model))
+    gc.collect()
+    assert "remaining blocks" not in capfd.readouterr().err
