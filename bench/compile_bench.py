@@ -159,6 +159,9 @@ def _confirm(artifact: Path, model, data: dict, threads: int, config) -> dict:
         "speed_vs_onnxruntime": round(fair.onnxruntime_latency_ms / fair.latency_ms, 3),
         "latency_ms": round(fair.latency_ms, 4),
         "onnxruntime_latency_ms": round(fair.onnxruntime_latency_ms, 4),
+        # the median of the rounds' own speeds: each side's fastest round can fall on
+        # different speeds of a shared machine (fair_timing.round_speeds)
+        "round_speed": round(fair.each_round_speed[0], 3),
         "timed": True,
         "method": "a second fair timing of the shipped artifact, after the compile: "
         + fair.to_dict()["method"],
@@ -185,6 +188,11 @@ def summary(rows: dict, kind: str) -> dict:
         for r in rows.values()
         if "confirmed" in r.get(kind, {})
     ]
+    by_round = [
+        r[kind]["confirmed"].get("round_speed", r[kind]["confirmed"]["speed_vs_onnxruntime"])
+        for r in rows.values()
+        if "confirmed" in r.get(kind, {})
+    ]
     return {
         "models": len(speeds),
         # from the rounds that chose each backend: biased upwards (see _confirm)
@@ -197,6 +205,11 @@ def summary(rows: dict, kind: str) -> dict:
         else None,
         "min_speed_confirmed": min(confirmed, default=None),
         "below_1_confirmed": sum(s < 1.0 for s in confirmed),
+        # the confirmation's median of its rounds' own speeds (1.0 where not timed)
+        "geomean_round_speed_confirmed": round(statistics.geometric_mean(by_round), 3)
+        if by_round
+        else None,
+        "below_1_round_speed_confirmed": sum(s < 1.0 for s in by_round),
         "max_compile_s": max(
             r[kind]["compile_s"] for r in rows.values() if "compile_s" in r.get(kind, {})
         ),

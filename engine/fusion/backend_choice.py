@@ -138,7 +138,18 @@ def mix_wins(result: dict) -> bool:
     timing = result.get("timing")
     if not timing:
         return True  # not timed: nothing says otherwise
-    return all(beats(t["latency_ms"], t["onnxruntime_latency_ms"]) for t in each_timing(timing))
+    return all(timing_wins(t) for t in each_timing(timing))
+
+
+def timing_wins(timing: dict) -> bool:
+    """One timing's artifact beat onnxruntime by the margin on each side's fastest round
+    and on the median of the rounds' own speeds, where it has them
+    (:func:`engine.fusion.fair_timing.round_speeds`: each side's fastest round can fall on
+    different speeds of the machine)."""
+    speed = timing.get("round_speed")
+    return beats(timing["latency_ms"], timing["onnxruntime_latency_ms"]) and (
+        speed is None or beats(1.0, speed)
+    )
 
 
 def each_timing(timing: dict) -> list[dict]:

@@ -124,6 +124,16 @@ class FairTiming:
     parts: tuple[tuple[float, float], ...] = ()
     """When this is several timings combined (:meth:`combined`): each one's artifact and
     best onnxruntime figures, in ms; empty for one timing."""
+    round_speeds: tuple[tuple[float, ...], ...] = ()
+    """Each independent timing's rounds, each as onnxruntime's median over the artifact's
+    in that round (both at their fastest setting; see :func:`round_speeds`)."""
+
+    @property
+    def each_round_speed(self) -> list[float | None]:
+        """Every independent timing's median of its rounds' own speeds (None: no round
+        timed both sides), in the order of :attr:`each`."""
+        speeds = list(self.round_speeds) or [()]
+        return [_median(s) if s else None for s in speeds]
 
     @property
     def each(self) -> list[tuple[float, float]]:
@@ -166,6 +176,7 @@ class FairTiming:
                 for k in {**self.round_ms, **other.round_ms}
             },
             parts=tuple(self.each + other.each),
+            round_speeds=(self.round_speeds or ((),)) + (other.round_speeds or ((),)),
         )
 
     def decisive(self) -> bool:
@@ -208,6 +219,9 @@ class FairTiming:
                     if why.startswith("not timed")
                 )
                 + (f"; no further set started {self.ended_early}" if self.ended_early else "")
+                + "; each round also gives a speed of its own (onnxruntime's median over "
+                "the artifact's, the two timed one after the other in that round); a win "
+                "counts when it holds on the fastest rounds and on the median of those"
             ),
             "latency_ms": self.latency_ms,
             "compiled_threads": self.compiled_threads,
@@ -227,7 +241,9 @@ class FairTiming:
             "ended_early": self.ended_early,
             "round_ms": {k: list(v) for k, v in self.round_ms.items()},
             "timings": [
-                {"latency_ms": mine, "onnxruntime_latency_ms": theirs} for mine, theirs in self.each
+                {"latency_ms": mine, "onnxruntime_latency_ms": theirs}
+                | ({} if speed is None else {"round_speed": speed})
+                for (mine, theirs), speed in zip(self.each, self.each_round_speed, strict=True)
             ],
         }
 
@@ -361,11 +377,40 @@ def time_fairly(
         dropped={**left_out, **dropped},
         round_ms=round_ms,
         ended_early=ended_early,
+        round_speeds=(round_speeds(round_ms),),
     )
 
 
 DECIDED_AFTER_SETS = 2
 """Process sets timed before a decided comparison (:func:`_decided`) ends the timing."""
+
+
+def round_speeds(round_ms: dict[str, list[float]]) -> tuple[float, ...]:
+    """Each round's own speed: onnxruntime's median in that round over the artifact's, each
+    side at its fastest setting (the settings dropped after a round are slower ones, so
+    these two were timed in every round).
+
+    Each side's figure is its fastest round's median: other load only adds time. But a
+    shared 2-core VM runs 2-thread work at two speeds, 1.5 to 1.8x apart, for tens of
+    seconds at a time, and a side whose rounds all fell on the slow speed is then compared
+    with the other side's fast one (EfficientNet-B0 tuned, on an AMD EPYC: the artifact's
+    fastest round 9.58 ms, onnxruntime's 6.92, 0.72x, where the timings just before and
+    after, both sides on one speed, gave 1.15x and 1.06x). A round times both sides one
+    after the other, seconds apart, so its own ratio compares them on the same speed."""
+    compiled = _fastest_side(round_ms, "compiled")
+    onnxruntime = _fastest_side(round_ms, "onnxruntime_")
+    return tuple(o / c for c, o in zip(compiled, onnxruntime, strict=False) if c > 0)
+
+
+def _fastest_side(round_ms: dict[str, list[float]], prefix: str) -> list[float]:
+    sides = [v for n, v in round_ms.items() if n.startswith(prefix) and v]
+    return min(sides, key=min, default=[])
+
+
+def _median(values) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _decided(round_ms: dict[str, list[float]]) -> bool:
@@ -374,11 +419,7 @@ def _decided(round_ms: dict[str, list[float]]) -> bool:
     apart."""
     from engine.fusion.whole_model_check import decided
 
-    def fastest(prefix: str) -> list[float]:
-        sides = [v for n, v in round_ms.items() if n.startswith(prefix) and v]
-        return min(sides, key=min, default=[])
-
-    return decided(fastest("compiled"), fastest("onnxruntime_"))
+    return decided(_fastest_side(round_ms, "compiled"), _fastest_side(round_ms, "onnxruntime_"))
 
 
 def _outrun(results: dict[str, list[dict]], dropped: dict, done: int) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from engine.fusion.backend_choice import beats
+from engine.fusion.backend_choice import timing_wins
 from engine.fusion.fair_timing import time_fairly
 from engine.fusion.standalone import CompiledModel, example_inputs
 from engine.fusion.timing import kernel_times_us
@@ -71,7 +71,9 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
             )
 
         fair = timing(1.0 if not config.choose_backends else 0.5, 0.0)
-        if config.choose_backends and beats(*fair.each[0]) and not fair.decisive():
+        first = {"round_speed": fair.each_round_speed[0]}
+        first["latency_ms"], first["onnxruntime_latency_ms"] = fair.each[0]
+        if config.choose_backends and timing_wins(first) and not fair.decisive():
             # The rounds that chose are not the figure to ship on: noise that favoured the
             # artifact in them would ship it and show as a win (LSTM's mix: 1.27x in the
             # compile, 0.85x timed again after it). A close win is timed again, in

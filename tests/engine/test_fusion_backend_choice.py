@@ -168,6 +168,7 @@ def test_a_segment_tvm_runs_faster_stays(save, tmp_path, monkeypatch):
         assert (
             "was not faster than onnxruntime alone on the model as uploaded" in reason
             or "but not when timed again in fresh processes" in reason
+            or "but not round by round" in reason
         )
     else:
         assert data["backend"] == "mixed" and data["kernels"]
@@ -509,10 +510,16 @@ def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, 
     assert fair.rounds == 2 and fair.latency_ms > 0 and fair.onnxruntime_latency_ms > 0
 
 
-def timings_in_turn(monkeypatch, *figures: tuple[float, float], rounds_apart: bool = False):
+def timings_in_turn(
+    monkeypatch,
+    *figures: tuple[float, float],
+    rounds_apart: bool = False,
+    round_speeds: tuple[float, ...] = (),
+):
     """The i-th whole-model timing gives the artifact ``figures[i][0]`` ms and onnxruntime
     ``figures[i][1]``; an artifact that is onnxruntime alone gets onnxruntime's figure.
-    ``rounds_apart``: every round of the two sides that far apart (a decisive timing)."""
+    ``rounds_apart``: every round of the two sides that far apart (a decisive timing).
+    ``round_speeds``: the rounds' own speeds each timing gives (none by default)."""
     calls = []
 
     def time_fairly(artifact_dir, *args, **kwargs):
@@ -533,10 +540,70 @@ def timings_in_turn(monkeypatch, *figures: tuple[float, float], rounds_apart: bo
                 "compiled": [mix_ms * f for f in spread],
                 "onnxruntime_1": [onnxruntime_ms * f for f in spread],
             },
+            round_speeds=(round_speeds,) if round_speeds else (),
         )
 
     monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
     return calls
+
+
+def test_a_round_gives_a_speed_of_its_own_on_the_speed_the_machine_ran_both_sides_at():
+    """Rounds as a shared AMD EPYC gave EfficientNet-B0 tuned (its fastest rounds: the
+    artifact 9.58 ms, onnxruntime 6.92): the artifact on the slow speed in every round,
+    onnxruntime on the fast one in one. Each side's fastest round says 0.72x; each round,
+    both sides timed seconds apart, says the artifact is the faster."""
+    from engine.fusion.fair_timing import round_speeds
+
+    round_ms = {
+        "compiled": [9.58, 9.60, 9.70],
+        "onnxruntime_1": [14.9],  # dropped after a round: not onnxruntime's fastest
+        "onnxruntime_2": [10.80, 6.92, 10.90],
+    }
+    speeds = round_speeds(round_ms)
+    assert speeds == pytest.approx((10.80 / 9.58, 6.92 / 9.60, 10.90 / 9.70))
+    memory = {"peak_rss_bytes": 1, "model_bytes": 1}
+    fair = FairTiming(
+        latency_ms=9.58,
+        onnxruntime_ms_by_threads={1: 14.9, 2: 6.92},
+        rounds=3,
+        runs_per_round={},
+        peak_memory={"compiled": memory},
+        round_ms=round_ms,
+        round_speeds=(speeds,),
+    )
+    assert fair.each_round_speed == [pytest.approx(10.90 / 9.70)]  # the median
+    assert fair.to_dict()["timings"][0]["round_speed"] == pytest.approx(1.124, abs=1e-3)
+    # combined, each timing keeps its own
+    assert fair.combined(fair).each_round_speed == [pytest.approx(1.124, abs=1e-3)] * 2
+
+
+def test_a_win_only_on_each_sides_fastest_round_ships_onnxruntime(save, tmp_path, monkeypatch):
+    """1.2x on each side's fastest round, 1.01x round by round: the two sides' fastest
+    rounds fell on different speeds of the machine. Not timed again: it cannot ship."""
+    timed(monkeypatch, (1.0, 10.0))  # the segment stays on TVM
+    calls = timings_in_turn(monkeypatch, (1.0, 1.2), round_speeds=(0.98, 1.01, 1.3))
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert len(calls) == 1 and data["backend"] == "onnxruntime"
+    assert data["timing"]["mix"]["timings"] == [
+        {"latency_ms": 1.0, "onnxruntime_latency_ms": 1.2, "round_speed": 1.01}
+    ]
+    reason = {f["reason"] for f in data["fallback_nodes"]}.pop()
+    assert "on each side's fastest round (1.000 against 1.200 ms, 1.010x round by round)" in (
+        reason
+    )
+    assert "but not round by round" in reason
+
+
+def test_a_win_round_by_round_too_ships_and_says_so(save, tmp_path, monkeypatch):
+    timed(monkeypatch, (1.0, 10.0))
+    timings_in_turn(monkeypatch, (1.0, 2.0), rounds_apart=True, round_speeds=(1.9, 2.0, 2.1))
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING)
+    ).to_dict()
+    assert data["backend"] == "tvm"
+    assert "(1.000 against 2.000 ms, 2.000x round by round)" in data["artifact_reason"]
 
 
 def test_a_close_win_that_loses_when_timed_again_ships_onnxruntime(save, tmp_path, monkeypatch):

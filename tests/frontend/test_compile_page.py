@@ -199,3 +199,25 @@ def test_the_card_says_which_conv_layout_ships_and_both_timings():
 
     result["conv_layout"] = {"chosen": "nchw", "blockable_convs": 0, "checked": False}
     assert "Conv layout" not in page(result)  # no conv to lay out: nothing to say
+
+
+def test_the_card_gives_the_speed_round_by_round_beside_the_fastest_rounds():
+    result = copy.deepcopy(TUNED)
+    result.update(backend="tvm", latency_ms=6.58, onnxruntime_latency_ms=6.95)
+    result["speed_vs_onnxruntime"] = 6.95 / 6.58
+    result["timing"] = {
+        "rounds": 6,
+        "runs_per_round": {"compiled": 40},
+        "onnxruntime_threads": 2,
+        "onnxruntime_ms_by_threads": {"2": 6.95},
+        "peak_memory": {},
+        "timings": [
+            {"latency_ms": 6.58, "onnxruntime_latency_ms": 6.95, "round_speed": 1.061},
+            {"latency_ms": 9.45, "onnxruntime_latency_ms": 10.95, "round_speed": 1.152},
+        ],
+    }
+    html = " ".join(page(result).split())
+    assert (
+        "1.06× (each side's fastest round); round by round (the median of the rounds' own "
+        "speeds, both sides timed one after the other in each): 1.06×, then 1.15×"
+    ) in html
