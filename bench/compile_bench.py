@@ -155,13 +155,14 @@ def _confirm(artifact: Path, model, data: dict, threads: int, config) -> dict:
         rounds=config.timing_rounds,
         window_s=config.timing_window_s / config.timing_rounds,
     )
+    speed = fair.each_round_speed[0]
     return {
         "speed_vs_onnxruntime": round(fair.onnxruntime_latency_ms / fair.latency_ms, 3),
         "latency_ms": round(fair.latency_ms, 4),
         "onnxruntime_latency_ms": round(fair.onnxruntime_latency_ms, 4),
         # the median of the rounds' own speeds: each side's fastest round can fall on
         # different speeds of a shared machine (fair_timing.round_speeds)
-        "round_speed": round(fair.each_round_speed[0], 3),
+        "round_speed": None if speed is None else round(speed, 3),
         "timed": True,
         "method": "a second fair timing of the shipped artifact, after the compile: "
         + fair.to_dict()["method"],
@@ -188,10 +189,13 @@ def summary(rows: dict, kind: str) -> dict:
         for r in rows.values()
         if "confirmed" in r.get(kind, {})
     ]
+    # the confirmation's median of its rounds' own speeds; 1.0 where it was not timed (the
+    # artifact is the baseline itself); a row with neither (no round timed both sides) is
+    # left out
     by_round = [
-        r[kind]["confirmed"].get("round_speed", r[kind]["confirmed"]["speed_vs_onnxruntime"])
-        for r in rows.values()
-        if "confirmed" in r.get(kind, {})
+        c["round_speed"] if c["timed"] else c["speed_vs_onnxruntime"]
+        for c in (r[kind]["confirmed"] for r in rows.values() if "confirmed" in r.get(kind, {}))
+        if not c["timed"] or c.get("round_speed") is not None
     ]
     return {
         "models": len(speeds),
@@ -205,7 +209,6 @@ def summary(rows: dict, kind: str) -> dict:
         else None,
         "min_speed_confirmed": min(confirmed, default=None),
         "below_1_confirmed": sum(s < 1.0 for s in confirmed),
-        # the confirmation's median of its rounds' own speeds (1.0 where not timed)
         "geomean_round_speed_confirmed": round(statistics.geometric_mean(by_round), 3)
         if by_round
         else None,

@@ -89,10 +89,10 @@ def _tvm_imports(model: onnx.ModelProto) -> str:
     from engine.fusion.preparation import dtypes
     from engine.graph.loader import model_inputs
     from engine.graph.tensors import type_spec
-    from engine.graph.topology import sorted_model, unique_node_names
+    from engine.graph.topology import sorted_model
 
     model, _ = sorted_model(model)
-    model = prepare(model, unique_node_names(model.graph.node))
+    model = prepare(model)
     shapes = {v.name: list(type_spec(v.type)[0] or []) for v in model_inputs(model)}
     try:
         import_onnx(model, shapes, dtypes(model))

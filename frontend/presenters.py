@@ -181,7 +181,12 @@ def _tvm_kernel_rows(result: dict) -> list[dict]:
 
 
 def _compile_context(result: dict, results: dict) -> dict:
-    context = {"kernel_rows": kernel_table(result)}
+    timings = (result.get("timing") or {}).get("timings") or []
+    context = {
+        "kernel_rows": kernel_table(result),
+        # each timing's median of its rounds' own speeds, where it has one
+        "round_speeds": [t["round_speed"] for t in timings if t.get("round_speed") is not None],
+    }
     analysis = results.get("analyze")
     if analysis:
         kernel_of = {node: k["id"] for k in result.get("kernels", []) for node in k["nodes"]}

@@ -211,7 +211,7 @@ def compile_model(
     """
     from engine.graph.loader import load_model, model_inputs
     from engine.graph.shapes import apply_input_shapes
-    from engine.graph.topology import name_uniquely, sorted_model, unique_node_names
+    from engine.graph.topology import name_uniquely, sorted_model
 
     report = progress or (lambda fraction, message: None)
     if config.build_cache is not None and not isinstance(config.build_cache, BuildCache):
@@ -253,7 +253,7 @@ def compile_model(
             else:
                 baseline_is = f"{PREPARED}; not the upload: {why}"
     model, simplify_report = simplify(original)
-    model = prepare(model, unique_node_names(model.graph.node))
+    model = prepare(model)
     model = with_inferred_shapes(model)
     clock.lap("simplify")
     report(0.05, f"simplified: {simplify_report['nodes_before']} -> {len(model.graph.node)} nodes")
@@ -503,15 +503,14 @@ def compile_model(
                 first, again = mix["timings"][0], mix["timings"][-1]
                 reason = (
                     f"the mix of TVM and onnxruntime won the first timing ("
-                    f"{_timed(first)} for onnxruntime alone on {baseline_is}) but not when "
-                    f"timed again in fresh processes ({_timed(again)}): too close to ship on"
+                    f"{_timed(first, baseline_is)}) but not when timed again in fresh "
+                    f"processes ({_timed(again)}): too close to ship on"
                 )
             elif fused and beats(mix["latency_ms"], mix["onnxruntime_latency_ms"]):
                 reason = (
                     f"the mix of TVM and onnxruntime was faster than onnxruntime alone on "
-                    f"{baseline_is} on each side's fastest round ({_timed(mix['timings'][0])}) "
-                    "but not round by round: the machine ran the two sides at different "
-                    "speeds in that timing; too close to ship on"
+                    f"{baseline_is} on each side's fastest round, but not by {MARGIN:.0%} "
+                    f"round by round ({_timed(mix['timings'][0])}): too close to ship on"
                 )
             elif fused:
                 reason = (
@@ -520,11 +519,11 @@ def compile_model(
                     f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s))"
                 )
             else:
+                timed = " and ".join(_timed(t) for t in each_timing(mix))
                 reason = (
-                    f"no TVM kernel is left, and onnxruntime on {SIMPLIFIED} "
-                    f"({mix['latency_ms']:.3f} ms) was not faster than {baseline_is} "
-                    f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s)) "
-                    f"in every timing, so onnxruntime alone runs {baseline_is}"
+                    f"no TVM kernel is left, and onnxruntime on {SIMPLIFIED} was not faster "
+                    f"than on {baseline_is} by {MARGIN:.0%} in every timing ({timed}; "
+                    f"{artifact_threads} thread(s)), so onnxruntime alone runs {baseline_is}"
                 )
             artifact_reason = reason
             for node in model.graph.node:
@@ -651,12 +650,17 @@ def _upload_baseline(upload, prepared: onnx.ModelProto):
     return (model, Path(upload)), None
 
 
-def _timed(timing: dict) -> str:
-    """One timing's figures, as a reason gives them: each side's fastest round, and the
-    median of the rounds' own speeds where it has them."""
+def _timed(timing: dict, onnxruntime_on: str | None = None) -> str:
+    """One timing's figures, as a reason gives them: each side's fastest round (and what
+    onnxruntime ran, ``onnxruntime_on``), and the median of the rounds' own speeds where it
+    has them."""
     text = f"{timing['latency_ms']:.3f} against {timing['onnxruntime_latency_ms']:.3f} ms"
+    if onnxruntime_on:
+        text += f" for onnxruntime alone on {onnxruntime_on}"
     speed = timing.get("round_speed")
-    return text if speed is None else f"{text}, {speed:.3f}x round by round"
+    if speed is None:
+        return text
+    return f"{text}; round by round {speed:.3f}x onnxruntime's speed (the rounds' median)"
 
 
 def _source_sha256(source, model: onnx.ModelProto) -> str:

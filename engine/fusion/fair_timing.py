@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,7 +134,16 @@ class FairTiming:
         """Every independent timing's median of its rounds' own speeds (None: no round
         timed both sides), in the order of :attr:`each`."""
         speeds = list(self.round_speeds) or [()]
-        return [_median(s) if s else None for s in speeds]
+        return [statistics.median(s) if s else None for s in speeds]
+
+    def timings(self) -> list[dict]:
+        """Every independent timing in this one: the artifact's and onnxruntime's fastest
+        rounds (ms) and, where it has them, the median of its rounds' own speeds."""
+        return [
+            {"latency_ms": mine, "onnxruntime_latency_ms": theirs}
+            | ({} if speed is None else {"round_speed": speed})
+            for (mine, theirs), speed in zip(self.each, self.each_round_speed, strict=True)
+        ]
 
     @property
     def each(self) -> list[tuple[float, float]]:
@@ -219,9 +229,14 @@ class FairTiming:
                     if why.startswith("not timed")
                 )
                 + (f"; no further set started {self.ended_early}" if self.ended_early else "")
-                + "; each round also gives a speed of its own (onnxruntime's median over "
-                "the artifact's, the two timed one after the other in that round); a win "
-                "counts when it holds on the fastest rounds and on the median of those"
+                + (
+                    "; each round also gives a speed of its own (onnxruntime's median over "
+                    "the artifact's, the two timed one after the other in that round): a "
+                    "win the compile ships on holds on the fastest rounds and on the median "
+                    "of the rounds' own speeds"
+                    if any(self.round_speeds)
+                    else ""
+                )
             ),
             "latency_ms": self.latency_ms,
             "compiled_threads": self.compiled_threads,
@@ -240,11 +255,7 @@ class FairTiming:
             "settings_dropped": dict(self.dropped),
             "ended_early": self.ended_early,
             "round_ms": {k: list(v) for k, v in self.round_ms.items()},
-            "timings": [
-                {"latency_ms": mine, "onnxruntime_latency_ms": theirs}
-                | ({} if speed is None else {"round_speed": speed})
-                for (mine, theirs), speed in zip(self.each, self.each_round_speed, strict=True)
-            ],
+            "timings": self.timings(),
         }
 
 
@@ -393,24 +404,23 @@ def round_speeds(round_ms: dict[str, list[float]]) -> tuple[float, ...]:
     Each side's figure is its fastest round's median: other load only adds time. But a
     shared 2-core VM runs 2-thread work at two speeds, 1.5 to 1.8x apart, for tens of
     seconds at a time, and a side whose rounds all fell on the slow speed is then compared
-    with the other side's fast one (EfficientNet-B0 tuned, on an AMD EPYC: the artifact's
-    fastest round 9.58 ms, onnxruntime's 6.92, 0.72x, where the timings just before and
-    after, both sides on one speed, gave 1.15x and 1.06x). A round times both sides one
-    after the other, seconds apart, so its own ratio compares them on the same speed."""
+    with the other side's fast one: a false loss (EfficientNet-B0 tuned, on an AMD EPYC: the
+    artifact's fastest round 9.58 ms, onnxruntime's 6.92, 0.72x, where the timings just
+    before and after, both sides on one speed, gave 1.15x and 1.06x) or, with the sides the
+    other way round, a false win. A round times both sides one after the other, seconds
+    apart, so its own ratio compares them on the same speed: a win must hold there too
+    (``backend_choice.timing_wins``), which guards against the false win; a false loss
+    only costs a win."""
     compiled = _fastest_side(round_ms, "compiled")
     onnxruntime = _fastest_side(round_ms, "onnxruntime_")
-    return tuple(o / c for c, o in zip(compiled, onnxruntime, strict=False) if c > 0)
+    if len(compiled) != len(onnxruntime):
+        return ()  # not timed in the same rounds: no round pairs them
+    return tuple(o / c for c, o in zip(compiled, onnxruntime, strict=True) if c > 0)
 
 
 def _fastest_side(round_ms: dict[str, list[float]], prefix: str) -> list[float]:
     sides = [v for n, v in round_ms.items() if n.startswith(prefix) and v]
     return min(sides, key=min, default=[])
-
-
-def _median(values) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _decided(round_ms: dict[str, list[float]]) -> bool:

@@ -81,13 +81,14 @@ def simplify(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     return simplified, report
 
 
-def prepare(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """A copy with the given unique node names and no initializers listed as inputs
-    (IR < 4 style; the frontend would otherwise take them twice)."""
+def prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with unique node names (``name_uniquely``) and no initializers listed as
+    inputs (IR < 4 style; the frontend would otherwise take them twice)."""
+    from engine.graph.topology import name_uniquely
+
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    for node, name in zip(out.graph.node, names, strict=True):
-        node.name = name
+    name_uniquely(out.graph.node)
     initializers = {t.name for t in out.graph.initializer}
     kept = [v for v in out.graph.input if v.name not in initializers]
     del out.graph.input[:]
@@ -353,7 +354,8 @@ def _close_blocks(builder) -> None:
     dataflow scope begins on the way out and the function's variable scope (the frontend's
     scopes end neither on an exception). Left open, the builder prints "BlockBuilder
     destroyed with remaining blocks!" when it is collected, once for every import that
-    raised (each segment a node failed to convert)."""
+    raised (each segment a node failed to convert). ``_end_block`` is the builder's own
+    private step, as the scopes of apache-tvm 0.27 call it (``DataflowScope.__exit__``)."""
     for end in (builder._end_block, builder.end_scope):
         try:
             end()

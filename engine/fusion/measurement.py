@@ -71,9 +71,10 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
             )
 
         fair = timing(1.0 if not config.choose_backends else 0.5, 0.0)
-        first = {"round_speed": fair.each_round_speed[0]}
-        first["latency_ms"], first["onnxruntime_latency_ms"] = fair.each[0]
-        if config.choose_backends and timing_wins(first) and not fair.decisive():
+        # A first timing that lost on either figure is not timed again: a win ships only
+        # when every timing of it wins on both (``mix_wins``), so no second timing could
+        # turn it.
+        if config.choose_backends and timing_wins(fair.timings()[0]) and not fair.decisive():
             # The rounds that chose are not the figure to ship on: noise that favoured the
             # artifact in them would ship it and show as a win (LSTM's mix: 1.27x in the
             # compile, 0.85x timed again after it). A close win is timed again, in

@@ -69,7 +69,7 @@ def tvm_memory(
     from engine.fusion.target import resolve_target
     from engine.graph.loader import load_model, model_inputs
     from engine.graph.shapes import apply_input_shapes
-    from engine.graph.topology import sorted_model, unique_node_names
+    from engine.graph.topology import sorted_model
 
     report = progress or (lambda fraction, message: None)
     started = time.perf_counter()
@@ -77,7 +77,7 @@ def tvm_memory(
     model, _ = sorted_model(load_model(source))
     apply_input_shapes(model, full_shapes(model, dict(input_shapes or {}), model_inputs))
     model, _ = simplify(model)
-    model = onnx.shape_inference.infer_shapes(prepare(model, unique_node_names(model.graph.node)))
+    model = onnx.shape_inference.infer_shapes(prepare(model))
     report(0.2, "TVM import")
     fallback = find_fallback(model, report)
     node_order = [n.name for n in model.graph.node]

@@ -289,7 +289,7 @@ def test_a_zero_spatial_pad_goes_into_the_convs_it_feeds(
 
     if pads[1]:  # a padded channel: the depthwise conv would not match; only prepare
         model = _padded_conv(pads, mode, value, readers)
-        ops = [n.op_type for n in prepare(model, [n.name for n in model.graph.node]).graph.node]
+        ops = [n.op_type for n in prepare(model).graph.node]
         assert "Pad" in ops
         return
     model = _padded_conv(pads, mode, value, readers)
@@ -299,7 +299,7 @@ def test_a_zero_spatial_pad_goes_into_the_convs_it_feeds(
         del conv.attribute[:]
         conv.attribute.extend([*kept, helper.make_attribute("auto_pad", "VALID")])
         model = onnx.shape_inference.infer_shapes(model)
-    prepared = prepare(model, [n.name for n in model.graph.node])
+    prepared = prepare(model)
     assert ("Pad" not in [n.op_type for n in prepared.graph.node]) == bool(folded)
     assert "pads" not in {t.name for t in prepared.graph.initializer} or not folded
     compile_model(
@@ -325,7 +325,7 @@ def test_same_padding_becomes_the_convs_own_pads(mode, size, stride, kernel, tmp
         group=16,
     )
     model = _model([conv], [1, 16, size, size], [_weights("w", [16, 1, kernel, kernel], 11)])
-    prepared = prepare(model, ["conv"])
+    prepared = prepare(model)
     attrs = {a.name for a in prepared.graph.node[0].attribute}
     assert "auto_pad" not in attrs and "pads" in attrs
     for layout in (NCHW, BLOCKED):

@@ -49,7 +49,7 @@ def _pool(kernel, ceil_mode, op="AveragePool", **extra):
 
 
 def _op_types(model):
-    return [n.op_type for n in prepare(model, [n.name for n in model.graph.node]).graph.node]
+    return [n.op_type for n in prepare(model).graph.node]
 
 
 @pytest.mark.parametrize(
