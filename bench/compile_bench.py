@@ -155,7 +155,7 @@ def _confirm(artifact: Path, model, data: dict, threads: int, config) -> dict:
         rounds=config.timing_rounds,
         window_s=config.timing_window_s / config.timing_rounds,
     )
-    speed = fair.each_round_speed[0]
+    speed = fair.each[0].round_speed
     return {
         "speed_vs_onnxruntime": round(fair.onnxruntime_latency_ms / fair.latency_ms, 3),
         "latency_ms": round(fair.latency_ms, 4),

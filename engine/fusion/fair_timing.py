@@ -101,6 +101,29 @@ class TimingFailed(EngineError):
 
 
 @dataclass(frozen=True)
+class TimingPart:
+    """One independent timing's own figures: each side's fastest round's median (ms) and
+    each round's own speed (onnxruntime's median over the artifact's in that round, both at
+    their fastest setting; see :func:`round_speeds`)."""
+
+    latency_ms: float
+    onnxruntime_latency_ms: float
+    round_speeds: tuple[float, ...] = ()
+
+    @property
+    def round_speed(self) -> float | None:
+        """The median of the rounds' own speeds (None: no round timed both sides)."""
+        return statistics.median(self.round_speeds) if self.round_speeds else None
+
+    def to_dict(self) -> dict:
+        speed = self.round_speed
+        return {
+            "latency_ms": self.latency_ms,
+            "onnxruntime_latency_ms": self.onnxruntime_latency_ms,
+        } | ({} if speed is None else {"round_speed": speed})
+
+
+@dataclass(frozen=True)
 class FairTiming:
     """Medians over the rounds: the compiled model, onnxruntime per thread count and at its
     best, and each side's peak memory (the largest over the rounds)."""
@@ -122,33 +145,23 @@ class FairTiming:
     """Each side's median in each round, in the order timed."""
     ended_early: str | None = None
     """Why the timing stopped before its last process set (a decided comparison)."""
-    parts: tuple[tuple[float, float], ...] = ()
-    """When this is several timings combined (:meth:`combined`): each one's artifact and
-    best onnxruntime figures, in ms; empty for one timing."""
-    round_speeds: tuple[tuple[float, ...], ...] = ()
-    """Each independent timing's rounds, each as onnxruntime's median over the artifact's
-    in that round (both at their fastest setting; see :func:`round_speeds`)."""
-
-    @property
-    def each_round_speed(self) -> list[float | None]:
-        """Every independent timing's median of its rounds' own speeds (None: no round
-        timed both sides), in the order of :attr:`each`."""
-        speeds = list(self.round_speeds) or [()]
-        return [statistics.median(s) if s else None for s in speeds]
+    parts: tuple[TimingPart, ...] = ()
+    """When this is several timings combined (:meth:`combined`): each one's own figures, in
+    the order timed; empty for one timing (:attr:`each` then derives its one part)."""
 
     def timings(self) -> list[dict]:
         """Every independent timing in this one: the artifact's and onnxruntime's fastest
         rounds (ms) and, where it has them, the median of its rounds' own speeds."""
-        return [
-            {"latency_ms": mine, "onnxruntime_latency_ms": theirs}
-            | ({} if speed is None else {"round_speed": speed})
-            for (mine, theirs), speed in zip(self.each, self.each_round_speed, strict=True)
-        ]
+        return [part.to_dict() for part in self.each]
 
     @property
-    def each(self) -> list[tuple[float, float]]:
-        """(artifact ms, onnxruntime ms) of every independent timing in this one."""
-        return list(self.parts) or [(self.latency_ms, self.onnxruntime_latency_ms)]
+    def each(self) -> list[TimingPart]:
+        """Every independent timing in this one, in the order timed. Its rounds' speeds are
+        kept per timing: once two are combined, their rounds are concatenated in
+        :attr:`round_ms` and no longer say which timing they came from."""
+        return list(self.parts) or [
+            TimingPart(self.latency_ms, self.onnxruntime_latency_ms, round_speeds(self.round_ms))
+        ]
 
     def combined(self, other: FairTiming) -> FairTiming:
         """This timing and ``other`` (of the same artifact and model, in processes of its
@@ -186,7 +199,6 @@ class FairTiming:
                 for k in {**self.round_ms, **other.round_ms}
             },
             parts=tuple(self.each + other.each),
-            round_speeds=(self.round_speeds or ((),)) + (other.round_speeds or ((),)),
         )
 
     def decisive(self) -> bool:
@@ -234,7 +246,7 @@ class FairTiming:
                     "the artifact's, the two timed one after the other in that round): a "
                     "win the compile ships on holds on the fastest rounds and on the median "
                     "of the rounds' own speeds"
-                    if any(self.round_speeds)
+                    if any(part.round_speeds for part in self.each)
                     else ""
                 )
             ),
@@ -388,7 +400,6 @@ def time_fairly(
         dropped={**left_out, **dropped},
         round_ms=round_ms,
         ended_early=ended_early,
-        round_speeds=(round_speeds(round_ms),),
     )
 
 

@@ -518,8 +518,6 @@ def timings_in_turn(monkeypatch, *figures, rounds_apart: bool = False):
     the two are lists, those rounds. Each side's figure is its fastest round and the rounds'
     own speeds come from them as ``time_fairly`` takes them. An artifact that is
     onnxruntime alone gets onnxruntime's rounds."""
-    from engine.fusion.fair_timing import round_speeds
-
     calls = []
 
     def time_fairly(artifact_dir, *args, **kwargs):
@@ -540,7 +538,6 @@ def timings_in_turn(monkeypatch, *figures, rounds_apart: bool = False):
             runs_per_round={"compiled": 5, "onnxruntime_1": 5},
             peak_memory={"compiled": memory, "onnxruntime_1": memory},
             round_ms=round_ms,
-            round_speeds=(round_speeds(round_ms),),
         )
 
     monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
@@ -569,12 +566,14 @@ def test_a_round_gives_a_speed_of_its_own_on_the_speed_the_machine_ran_both_side
         runs_per_round={},
         peak_memory={"compiled": memory},
         round_ms=round_ms,
-        round_speeds=(speeds,),
     )
-    assert fair.each_round_speed == [pytest.approx(10.90 / 9.70)]  # the median
+    assert [part.round_speed for part in fair.each] == [pytest.approx(10.90 / 9.70)]  # median
     assert fair.to_dict()["timings"][0]["round_speed"] == pytest.approx(1.124, abs=1e-3)
     # combined, each timing keeps its own
-    assert fair.combined(fair).each_round_speed == [pytest.approx(1.124, abs=1e-3)] * 2
+    both = fair.combined(fair)
+    assert [part.round_speed for part in both.each] == [pytest.approx(1.124, abs=1e-3)] * 2
+    # the rounds are concatenated, but each timing's speeds stay its own
+    assert len(both.round_ms["compiled"]) == 6 and both.each[1].round_speeds == speeds
 
 
 # The artifact caught the machine's fast speed in the first round, onnxruntime its slow
@@ -714,5 +713,6 @@ def test_two_timings_combine_into_each_sides_fastest_rounds():
     assert both.runs_per_round == {"compiled_1": 8, "onnxruntime_2": 7}
     assert both.peak_memory["compiled"] == {"peak_rss_bytes": 12, "model_bytes": 5}
     assert both.round_ms["compiled_1"] == [2.0, 2.2, 2.1]
-    assert both.each == [(2.0, 3.0), (1.8, 2.9)]
+    assert [(p.latency_ms, p.onnxruntime_latency_ms) for p in both.each] == [(2.0, 3.0), (1.8, 2.9)]
+    assert [p.round_speed for p in both.each] == [None, 2.9 / 2.1]  # the first: rounds unpaired
     assert len(both.combined(first).each) == 3
