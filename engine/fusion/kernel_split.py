@@ -87,6 +87,8 @@ class KernelPrice:
     onnxruntime_us: float | None
     switch_us: float
     backend: str = "tvm"
+    kernels: int = 1
+    """How many kernels this row prices together (:func:`units`): ``func`` names each."""
 
     def to_dict(self) -> dict:
         row = asdict(self)
@@ -115,7 +117,8 @@ class SplitPlan:
         """Node -> why it moves, for every node of a moved kernel."""
         return {
             node: (
-                f"onnxruntime is faster on this node's TVM kernel {p.func}: TVM {p.tvm_us:.1f} us,"
+                f"onnxruntime is faster on the TVM kernel{'s' if p.kernels > 1 else ''} that "
+                f"run{'' if p.kernels > 1 else 's'} this node ({p.func}): TVM {p.tvm_us:.1f} us,"
                 f" onnxruntime {p.onnxruntime_us:.1f} us for its nodes ({self.threads} "
                 f"thread(s), this worker's per-kernel and per-node profiles)"
             )
@@ -157,25 +160,61 @@ def plan_split(
     for index, calls in calls_by_segment.items():
         times = tvm_times.get(index, {})
         seen: dict[str, int] = {}
-        rows = []
+        kernel_us = []
         for call in calls:
             occurrence = seen.get(call.func, 0)
             seen[call.func] = occurrence + 1
-            tvm = times.get((call.func, occurrence))
-            node_times = [ort_us.get(n) for n in call.nodes]
-            ort = (
-                math.fsum(node_times)
-                if call.nodes and all(t is not None for t in node_times)
-                else None
-            )
-            switch = SWITCH_US + call.bytes_out / (SWITCH_GBPS * 1e3)
-            rows.append(KernelPrice(index, call.func, tuple(call.nodes), tvm, ort, switch))
+            kernel_us.append(times.get((call.func, occurrence)))
+        rows = [
+            _unit_price(index, [calls[k] for k in unit], [kernel_us[k] for k in unit], ort_us)
+            for unit in units(calls)
+        ]
         ends = (open_ends or {}).get(index, (False, False))
         chosen = _program(rows, *ends)
         prices += chosen
         total += math.fsum(r.tvm_us for r in rows if r.tvm_us is not None)
         planned += _cost(chosen, *ends)
     return SplitPlan(prices, total, planned, threads)
+
+
+def units(calls: list) -> list[list[int]]:
+    """The kernels (indices into ``calls``, in launch order) that move together: those that
+    share an ONNX node, with every kernel launched between them. The split moves whole
+    nodes, so a node lowered to several kernels (a Winograd conv's input transform, product
+    and output transform; a softmax's or a layer norm's reductions) runs all of them on one
+    side. Priced kernel by kernel, each was set against the whole node's onnxruntime time:
+    onnxruntime's side counted once per kernel, and a plan that moved them predicted that
+    much too slow."""
+    last = {n: k for k, call in enumerate(calls) for n in call.nodes}
+    found, start = [], 0
+    while start < len(calls):
+        end = max((last[n] for n in calls[start].nodes), default=start)
+        k = start
+        while k < end:
+            k += 1
+            end = max([end, *(last[n] for n in calls[k].nodes)])
+        found.append(list(range(start, end + 1)))
+        start = end + 1
+    return found
+
+
+def _unit_price(segment: int, calls: list, kernel_us: list, ort_us: dict) -> KernelPrice:
+    """One unit of kernels (:func:`units`) priced both ways: its kernels' TVM times (None: no
+    kernel launched, a view), onnxruntime's times for its nodes, each counted once (None:
+    a node the profile could not tell, or no node at all: it stays on TVM); a switch after
+    it carries its last kernel's output."""
+    nodes = list(dict.fromkeys(n for call in calls for n in call.nodes))
+    known = [t for t in kernel_us if t is not None]
+    node_times = [ort_us.get(n) for n in nodes]
+    return KernelPrice(
+        segment,
+        " + ".join(call.func for call in calls),
+        tuple(nodes),
+        math.fsum(known) if known else None,
+        math.fsum(node_times) if nodes and None not in node_times else None,
+        SWITCH_US + calls[-1].bytes_out / (SWITCH_GBPS * 1e3),
+        kernels=len(calls),
+    )
 
 
 def _cost_on(row: KernelPrice, backend: str) -> float:
@@ -214,9 +253,7 @@ def _program(
 
 
 def _with(row: KernelPrice, backend: str) -> KernelPrice:
-    return KernelPrice(
-        row.segment, row.func, row.nodes, row.tvm_us, row.onnxruntime_us, row.switch_us, backend
-    )
+    return replace(row, backend=backend)
 
 
 def _cost(rows: list[KernelPrice], open_start: bool = False, open_end: bool = False) -> float:

@@ -401,3 +401,59 @@ def test_a_crossing_tensor_shape_inference_left_untyped_gets_its_type_from_a_run
     assert [d.dim_value for d in info.type.tensor_type.shape.dim] == [2, 3]
     assert not model.graph.value_info  # the model given is left as it was
     assert with_observed_types(typed, {"mid"}, feeds, threads=1) is typed  # nothing missing
+
+
+def test_a_node_lowered_to_several_kernels_is_priced_once_against_all_of_them():
+    """A Winograd conv is three kernels (input transform, product, output transform) of one
+    node. Each set against the whole conv's onnxruntime time, each looked cheaper on TVM
+    (300, 600, 300 against 1000 us) and the conv stayed, though TVM spends 1200 us on it."""
+    calls = [
+        _call(0, "relu", ["a"]),
+        _call(1, "winograd_input", ["conv"]),
+        _call(2, "winograd_product", ["conv"]),
+        _call(3, "winograd_output", ["conv"]),
+        _call(4, "relu", ["b"]),
+    ]
+    tvm = {
+        ("relu", 0): 100.0,
+        ("winograd_input", 0): 300.0,
+        ("winograd_product", 0): 600.0,
+        ("winograd_output", 0): 300.0,
+        ("relu", 1): 100.0,
+    }
+    ort = {"a": 100.0, "conv": 1000.0, "b": 100.0}
+    plan = plan_split({0: calls}, {0: tvm}, ort, threads=2)
+    assert [(p.nodes, p.kernels, p.backend) for p in plan.prices] == [
+        (("a",), 1, "tvm"),
+        (("conv",), 3, "onnxruntime"),
+        (("b",), 1, "tvm"),
+    ]
+    conv = plan.prices[1]
+    assert conv.func == "winograd_input + winograd_product + winograd_output"
+    assert conv.tvm_us == pytest.approx(1200) and conv.onnxruntime_us == pytest.approx(1000)
+    assert plan.tvm_us == pytest.approx(1400)
+    assert plan.planned_us == pytest.approx(100 + 1000 + 100 + 2 * SWITCH_US)
+    assert "kernels that run this node" in plan.reasons()["conv"]
+
+
+def test_kernels_launched_between_two_of_one_node_move_with_them():
+    """The split moves whole nodes: ``b``'s kernel sits between two of ``a``'s, so the three
+    are one unit, and ``a``'s time is counted once; a kernel of no node stays on its own."""
+    from engine.fusion.kernel_split import units
+
+    calls = [
+        _call(0, "k0", ["a"]),
+        _call(1, "k1", ["b"]),
+        _call(2, "k2", ["a", "c"]),
+        _call(3, "view", []),
+        _call(4, "k4", ["d"]),
+        _call(5, "k5", ["c", "d"]),
+    ]
+    assert units(calls) == [[0, 1, 2, 3, 4, 5]]
+    assert units(calls[:3]) == [[0, 1, 2]]
+    assert units([_call(0, "view", []), *calls[:2]]) == [[0], [1], [2]]
+    tvm = {(f"k{k}", 0): 100.0 for k in (0, 1, 2)}
+    plan = plan_split({0: calls[:3]}, {0: tvm}, {"a": 50.0, "b": 20.0, "c": 30.0}, threads=2)
+    (row,) = plan.prices
+    assert row.nodes == ("a", "b", "c") and row.kernels == 3
+    assert row.tvm_us == pytest.approx(300) and row.onnxruntime_us == pytest.approx(100)
