@@ -30,6 +30,18 @@ os.environ.setdefault(
     str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
 )
 
+# A TVM pool worker whose parallel task ends waits for the next one by calling
+# sched_yield in a loop, up to TVM_THREAD_POOL_SPIN_COUNT times before it sleeps: 300000
+# by default, tens of milliseconds at 0.1 to 0.3 us a call. An onnxruntime segment after a
+# TVM one runs while that worker still spins, on a core onnxruntime's threads need: a
+# SqueezeNet split (TVM, then onnxruntime) ran at 7.9 ms instead of 3.3-3.7 in 4 fresh
+# processes of 23, by where the threads fell; at 3000 (under a millisecond), in none of 23.
+# TVM-only artifacts (BERT-small, ViT-small, Inception v1, ResNeXt, EfficientNet) kept
+# their speed within the noise; at 300 the workers slept between kernels and lost 2-5%
+# (bench/results/tvm_spin_count_xeon_model167.json). TVM reads it once, when its pool
+# starts its first worker: this module is imported before (the worker's stages too).
+os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "3000")
+
 MANIFEST = "manifest.json"
 ORT_SPIN_STOP = ("session.force_spinning_stop", "1")
 """The onnxruntime session option that makes its pool threads block when a run returns
