@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 
 from engine.errors import EngineError
+from engine.fusion.threadpool import runner_environment
 
 _DRIVER = r"""
 import json, statistics, sys, time
@@ -489,7 +490,8 @@ class _Side:
             stdout=subprocess.PIPE,
             stderr=self._errors,
             text=True,
-            env=dict(os.environ, TVM_BIND_THREADS="0", TVM_USE_RUNTIME_LIB="1"),
+            # the runner picks TVM's spin count for its artifact, as it does for a user
+            env=runner_environment(TVM_BIND_THREADS="0", TVM_USE_RUNTIME_LIB="1"),
         )
 
     def wait_ready(self, timeout_s: float) -> None:

@@ -30,19 +30,10 @@ os.environ.setdefault(
     str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()),
 )
 
-# A TVM pool worker whose parallel task ends waits for the next one by calling
-# sched_yield in a loop, up to TVM_THREAD_POOL_SPIN_COUNT times before it sleeps: 300000
-# by default, tens of milliseconds at 0.1 to 0.3 us a call. An onnxruntime segment after a
-# TVM one runs while that worker still spins, on a core onnxruntime's threads need: a
-# SqueezeNet split (TVM, then onnxruntime) ran at 7.9 ms instead of 3.3-3.7 in 4 fresh
-# processes of 23, by where the threads fell; at 3000 (under a millisecond), in none of 23.
-# TVM-only artifacts (BERT-small, ViT-small, Inception v1, ResNeXt, EfficientNet) kept
-# their speed within the noise; at 300 the workers slept between kernels and lost 2-5%
-# (bench/results/tvm_spin_count_xeon_model167.json). TVM reads it once, when its pool
-# starts its first worker: this module is imported before (the worker's stages too).
-os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "3000")
-
 MANIFEST = "manifest.json"
+SPIN_COUNT = ("TVM_THREAD_POOL_SPIN_COUNT", "3000")
+"""How long TVM's pool workers spin after a parallel kernel in a mix (see ``CompiledModel``):
+TVM reads it once, when its pool starts its first worker."""
 ORT_SPIN_STOP = ("session.force_spinning_stop", "1")
 """The onnxruntime session option that makes its pool threads block when a run returns
 instead of spinning on (see ``CompiledModel``)."""
@@ -60,6 +51,17 @@ class CompiledModel:
         # slower, 12 ms instead of 0.6). They block when the run returns, and onnxruntime
         # keeps every thread: on one, AlexNet's convs in a mix took 30 ms instead of 14.
         self.mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
+        # A TVM pool worker whose kernel ends waits for the next by calling sched_yield in
+        # a loop, up to TVM_THREAD_POOL_SPIN_COUNT times: 300000 by default, tens of
+        # milliseconds. An onnxruntime segment after a TVM one then runs beside a worker
+        # still spinning on a core its threads need: a SqueezeNet split (TVM, then
+        # onnxruntime) ran at 7.9 ms instead of 3.3-3.7 in 4 fresh processes of 23; at
+        # 3000 (under a millisecond) in none of 23. A model on TVM alone keeps TVM's
+        # default: at 3000 its workers sleep between some kernels (VGG-19 4% slower; see
+        # bench/results/tvm_spin_count_xeon_model167.json). It takes effect only if no TVM
+        # pool has started in this process yet, so before the segments load.
+        if self.mixed and any(s["backend"] != "tvm" for s in self.manifest["segments"]):
+            os.environ.setdefault(*SPIN_COUNT)
         self.segments = [self._load(s) for s in self.manifest["segments"]]
 
     @property

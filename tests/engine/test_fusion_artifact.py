@@ -64,26 +64,49 @@ def test_artifact_runs_in_a_fresh_venv_and_reproduces_the_outputs(save, tmp_path
             np.testing.assert_array_equal(got[name], value)
 
 
-def test_the_runner_lets_tvm_workers_sleep_soon_after_a_kernel():
+def test_a_mix_stops_tvm_workers_spinning_and_a_tvm_model_keeps_tvms_default(save, tmp_path):
     """TVM's pool workers spin (sched_yield) up to 300000 times after a kernel by default:
-    next to an onnxruntime segment they held a core its threads needed, and a SqueezeNet
-    split ran 2.3x slower in 4 fresh processes of 23. The runner sets 3000 before TVM's
-    pool starts, unless the user has set a count of their own."""
-    import engine.fusion.standalone as runner
+    beside an onnxruntime segment they held a core its threads needed (a SqueezeNet split
+    ran 2.3x slower in 4 fresh processes of 23). The runner of a mix sets 3000 before TVM's
+    pool starts; a model on TVM alone keeps TVM's default; a user's own count stands. The
+    engine's process uses 3000 for itself, and does not hand it to a runner it times."""
+    from engine.fusion.threadpool import SET_HERE, runner_environment
 
-    code = "import os, runpy, sys; runpy.run_path(sys.argv[1]); print(os.environ['TVM_THREAD_POOL_SPIN_COUNT'])"
+    mixed = compile_model(save(conv_relu_conv("Celu")), CompileConfig(str(tmp_path / "m"), **FAST))
+    alone = compile_model(save(conv_relu_conv("Relu")), CompileConfig(str(tmp_path / "t"), **FAST))
+    mixed, alone = _unpacked(mixed, tmp_path / "mixed"), _unpacked(alone, tmp_path / "alone")
+    assert {s["backend"] for s in _manifest(mixed)["segments"]} == {"tvm", "onnxruntime"}
+    assert {s["backend"] for s in _manifest(alone)["segments"]} == {"tvm"}
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from run import CompiledModel; "
+        "m = CompiledModel(sys.argv[1]); m.run(m.example_inputs()); "
+        "print(os.environ.get('TVM_THREAD_POOL_SPIN_COUNT', 'unset'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
 
-    def spin_count(**extra) -> str:
+    def spin_count(model_dir, **extra) -> str:
         done = subprocess.run(
-            [sys.executable, "-c", code, runner.__file__],
+            [sys.executable, "-c", code, str(model_dir)],
             env=env | extra,
             capture_output=True,
             text=True,
             check=True,
-            timeout=120,
+            timeout=300,
         )
         return done.stdout.split()[-1]
 
-    assert spin_count() == "3000"
-    assert spin_count(TVM_THREAD_POOL_SPIN_COUNT="77") == "77"
+    assert spin_count(mixed) == "3000"
+    assert spin_count(alone) == "unset"
+    assert spin_count(mixed, TVM_THREAD_POOL_SPIN_COUNT="77") == "77"
+    assert os.environ["TVM_THREAD_POOL_SPIN_COUNT"] == "3000" or not SET_HERE
+    assert "TVM_THREAD_POOL_SPIN_COUNT" not in runner_environment() or not SET_HERE
+
+
+def _unpacked(result, directory):
+    with tarfile.open(result.artifact) as tar:
+        tar.extractall(directory, filter="data")
+    return directory / "model"
+
+
+def _manifest(model_dir) -> dict:
+    return json.loads((model_dir / "manifest.json").read_text())
