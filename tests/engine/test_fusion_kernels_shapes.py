@@ -860,4 +860,8 @@ def test_a_tiles_sums_fit_in_the_registers_left_for_them():
     # AVX-512's 32 registers keep the tiles as they were: 7 or 8 rows of two registers
     assert _rows_and_lanes(128, 128, 32, 16, False, avx512) == (32, 8)
     assert _rows_and_lanes(56, 56, 32, 16, False, avx512) == (32, 7)
-    assert _rows_and_lanes(13, 13, 32, 16, False, avx512) == (32, 7)
+    # no divisor (13, 17): every row in one whole tile of one register, where the sums fit
+    # (AVX-512's 28); AVX2's 12 do not hold 13: the imperfect tile stays (above)
+    assert _rows_and_lanes(13, 13, 32, 16, False, avx512) == (16, 13)
+    assert _rows_and_lanes(17, 17, 32, 16, False, avx512) == (16, 17)
+    assert _rows_and_lanes(29, 29, 32, 16, False, avx512) == (32, 7)  # 29 sums: too many
