@@ -40,7 +40,9 @@ class ImportedModule:
     mod: object  # tvm.IRModule
     params: dict[str, object]  # name -> numpy array, in the order main expects them
     input_names: list[str]
-    binding_nodes: dict[str, str] = field(default_factory=dict)  # Relax var name -> ONNX node
+    # Relax var name -> the ONNX nodes it computes: one, or more where a rewrite made one
+    # binding of several nodes' work (a Winograd output transform with its bias and ReLU)
+    binding_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     folded_nodes: list[str] = field(default_factory=list)  # converted to constants at import
 
 
@@ -381,7 +383,7 @@ def _map_bindings(bindings, results) -> tuple[dict, list[str]]:
     return mapping, folded
 
 
-def _rename_bindings(mod, owners: dict, relax) -> tuple[object, dict[str, str]]:
+def _rename_bindings(mod, owners: dict, relax) -> tuple[object, dict[str, tuple[str, ...]]]:
     """Give every binding a unique name ``b<node index>_<k>`` that survives fusion.
 
     The frontend reuses names (``lv``, ``lv1``) across nodes; FuseOps keeps the names of
@@ -395,7 +397,7 @@ def _rename_bindings(mod, owners: dict, relax) -> tuple[object, dict[str, str]]:
         k = index.setdefault(node, len(index))
         count[node] = count.get(node, -1) + 1
         new_names[var] = f"b{k}_{count[node]}"
-    by_name = {name: node for var, name in new_names.items() for node in [owners[var]]}
+    by_name = {name: (owners[var],) for var, name in new_names.items()}
 
     return apply_names(mod, new_names), by_name
 

@@ -244,7 +244,9 @@ def fuse_tir(fused_mod, target):
         )(fused_mod)
 
 
-def kernel_calls(fused_mod, legal_mod, binding_nodes: dict[str, str], node_order: list[str]):
+def kernel_calls(
+    fused_mod, legal_mod, binding_nodes: dict[str, tuple[str, ...]], node_order: list[str]
+):
     """The kernels of ``main`` after FuseOps, each with the ONNX nodes it computes.
 
     FuseOps deduplicates structurally equal fused functions, so a function's body names
@@ -348,8 +350,8 @@ def _var_names(args, relax) -> list[str]:
     return [a.name for a in args if isinstance(a, relax.Var)]
 
 
-def _nodes_of(names: list[str], binding_nodes: dict[str, str]) -> list[str]:
-    return list(dict.fromkeys(binding_nodes[n] for n in names if n in binding_nodes))
+def _nodes_of(names: list[str], binding_nodes: dict[str, tuple[str, ...]]) -> list[str]:
+    return list(dict.fromkeys(node for n in names for node in binding_nodes.get(n, ())))
 
 
 def _is_tir(binding, relax) -> bool:

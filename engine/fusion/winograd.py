@@ -191,7 +191,7 @@ def to_winograd(imported, lanes: int = 16):
     convs = _eligible_convs(main, weights, lanes)  # conv variable -> its epilogue
     prim_funcs: dict = {}  # (kind, shapes...) -> GlobalVar
     new_weights: list[tuple] = []  # (Var, numpy or None)
-    pending: dict = {}  # the epilogue's last variable -> (product, shapes, bias, relu)
+    pending: dict = {}  # the epilogue's last variable -> output_transform's arguments
     absorbed: set = set()  # epilogue bindings done inside an output transform
     binding_nodes = dict(imported.binding_nodes)
 
@@ -226,7 +226,7 @@ def to_winograd(imported, lanes: int = 16):
             )
             new_weights.append((u_var, u))
             name = binding.var.name
-            node = imported.binding_nodes.get(name)
+            nodes = imported.binding_nodes.get(name, ())
             pads = (int(attrs.padding[0]), int(attrs.padding[1]))
             key = ("in", (n, cc, h, w, ci), (th, tw), pads)
             v = self.builder_.emit(
@@ -241,17 +241,21 @@ def to_winograd(imported, lanes: int = 16):
                 relax.op.matmul(v, u_var),
                 name_hint=f"{name}_winograd_product",
             )
-            if node is not None:
-                binding_nodes[f"{name}_winograd_in"] = node
-                binding_nodes[f"{name}_winograd_product"] = node
+            if nodes:
+                binding_nodes[f"{name}_winograd_in"] = nodes
+                binding_nodes[f"{name}_winograd_product"] = nodes
             chain, bias, relu = convs[binding.var]
             if not chain:
-                return self.output_transform(binding.var, m, out, (th, tw), None, False)
+                return self.output_transform(binding.var, m, out, (th, tw), None, False, nodes)
             absorbed.update(b.var for b in chain[:-1])
-            pending[chain[-1].var] = (m, out, (th, tw), bias, relu)
+            # the output transform computes the conv's last step and its epilogue: its
+            # kernel runs all their nodes (the kernel split moves them together)
+            for b in chain:
+                nodes += imported.binding_nodes.get(b.var.name, ())
+            pending[chain[-1].var] = (m, out, (th, tw), bias, relu, tuple(dict.fromkeys(nodes)))
             return None
 
-        def output_transform(self, var, m, out, tiles, bias, relu):
+        def output_transform(self, var, m, out, tiles, bias, relu, nodes):
             key = ("out", tuple(out), tiles, bias is not None, relu)
             args = [m] if bias is None else [m, self.visit_expr(bias)]
             y = relax.call_tir(
@@ -263,6 +267,8 @@ def to_winograd(imported, lanes: int = 16):
                 new_var = self.builder_.emit(y, name_hint=var.name)
             else:
                 new_var = self.builder_.emit_output(y, name_hint=var.name)
+            if nodes:
+                binding_nodes[new_var.name] = nodes
             self.set_var_remap(var, new_var)
 
     rewriter = Rewrite(imported.mod)

@@ -162,6 +162,10 @@ def test_a_blocked_build_runs_3x3_convs_by_winograd_and_computes_what_onnxruntim
     assert len(convs) == 2
     covered = {n for k in result.kernels for n in k.nodes}
     assert {"a", "b", "d", "relu_a", "s", "t"} <= covered  # every node has its kernel
+    # each transform runs its conv's node; the output transform its bias and ReLU too (it
+    # carried only the ReLU's name, and the kernel split priced it apart from its conv)
+    assert sorted(k.nodes for k in inputs) == [["a"], ["b"], ["d"]]
+    assert sorted(k.nodes for k in outputs) == [["a", "relu_a"], ["b"], ["d"]]
 
     compiled = CompiledModel(tmp_path / "artifact", threads=1)
     feeds = compiled.example_inputs(3)
