@@ -31,7 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.fusion.standalone import SPIN_COUNT  # noqa: E402
 from engine.targets.host import describe_host  # noqa: E402
+
+TVM_DEFAULT = "300000"  # TVM's own count, when the variable is unset (threading_backend.cc)
 
 CHILD = r"""
 import importlib.util, json, statistics, sys, time
@@ -53,11 +56,8 @@ print(json.dumps({"median_ms": statistics.median(times), "runs": len(times)}))
 
 def time_once(artifact: Path, spin: str, seconds: float) -> dict:
     """The artifact's median over ``seconds`` of runs in a fresh process at ``spin``."""
-    env = {k: v for k, v in os.environ.items() if k != "TVM_THREAD_POOL_SPIN_COUNT"}
-    if spin != "default":
-        env["TVM_THREAD_POOL_SPIN_COUNT"] = spin
-    else:  # the runner would set its own: TVM's default is its absence, so say it
-        env["TVM_THREAD_POOL_SPIN_COUNT"] = "300000"
+    # the runner would set its own where it is unset: TVM's default is its absence, so say it
+    env = dict(os.environ, **{SPIN_COUNT[0]: TVM_DEFAULT if spin == "default" else spin})
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(artifact), str(seconds)],
         env=env,
@@ -154,7 +154,7 @@ def main() -> int:
                     f"each artifact run in a fresh process by its own runner (run.py) for "
                     f"{args.seconds} s after 5 warm-up runs, median per process; {args.rounds} "
                     "rounds, the spin counts alternating within each; 'default' is TVM's "
-                    "300000; the artifact's manifest thread setting"
+                    f"{TVM_DEFAULT}; the artifact's manifest thread setting"
                 ),
                 "load_avg_1m": os.getloadavg()[0],
                 "host": describe_host(),

@@ -81,18 +81,26 @@ class KernelPrice:
     """One TVM kernel priced both ways; ``onnxruntime_us`` None: not priced (stays)."""
 
     segment: int
-    func: str
+    funcs: tuple[str, ...]
+    """The TVM kernels this row prices together, in launch order (:func:`units`)."""
     nodes: tuple[str, ...]
     tvm_us: float | None
     onnxruntime_us: float | None
     switch_us: float
     backend: str = "tvm"
-    kernels: int = 1
-    """How many kernels this row prices together (:func:`units`): ``func`` names each."""
+
+    @property
+    def func(self) -> str:
+        return " + ".join(self.funcs)
+
+    @property
+    def kernels(self) -> int:
+        return len(self.funcs)
 
     def to_dict(self) -> dict:
         row = asdict(self)
-        row["nodes"] = list(self.nodes)
+        row.update(nodes=list(self.nodes), funcs=list(self.funcs))
+        row.update(func=self.func, kernels=self.kernels)
         return row
 
 
@@ -208,12 +216,11 @@ def _unit_price(segment: int, calls: list, kernel_us: list, ort_us: dict) -> Ker
     node_times = [ort_us.get(n) for n in nodes]
     return KernelPrice(
         segment,
-        " + ".join(call.func for call in calls),
+        tuple(call.func for call in calls),
         tuple(nodes),
         math.fsum(known) if known else None,
         math.fsum(node_times) if nodes and None not in node_times else None,
         SWITCH_US + calls[-1].bytes_out / (SWITCH_GBPS * 1e3),
-        kernels=len(calls),
     )
 
 

@@ -50,7 +50,8 @@ class CompiledModel:
         # they would hold the cores TVM's next kernels need (a fallen-back LSTM ran 20x
         # slower, 12 ms instead of 0.6). They block when the run returns, and onnxruntime
         # keeps every thread: on one, AlexNet's convs in a mix took 30 ms instead of 14.
-        self.mixed = any(s["backend"] == "tvm" for s in self.manifest["segments"])
+        backends = {s["backend"] for s in self.manifest["segments"]}
+        self.has_tvm = "tvm" in backends
         # A TVM pool worker whose kernel ends waits for the next by calling sched_yield in
         # a loop, up to TVM_THREAD_POOL_SPIN_COUNT times: 300000 by default, tens of
         # milliseconds. An onnxruntime segment after a TVM one then runs beside a worker
@@ -60,7 +61,7 @@ class CompiledModel:
         # default: at 3000 its workers sleep between some kernels (VGG-19 4% slower; see
         # bench/results/tvm_spin_count_xeon_model167.json). It takes effect only if no TVM
         # pool has started in this process yet, so before the segments load.
-        if self.mixed and any(s["backend"] != "tvm" for s in self.manifest["segments"]):
+        if self.has_tvm and backends - {"tvm"}:  # a mix: TVM and onnxruntime segments
             os.environ.setdefault(*SPIN_COUNT)
         self.segments = [self._load(s) for s in self.manifest["segments"]]
 
@@ -86,7 +87,7 @@ class CompiledModel:
     def _load(self, spec: dict):
         if spec["backend"] == "tvm":
             return _TvmSegment(self.directory, spec, self.threads)
-        return _OrtSegment(self.directory, spec, self.threads, spin_stop=self.mixed)
+        return _OrtSegment(self.directory, spec, self.threads, spin_stop=self.has_tvm)
 
 
 class _TvmSegment:
