@@ -516,7 +516,8 @@ def compile_model(
                 reason = (
                     f"the mix of TVM and onnxruntime ({mix['latency_ms']:.3f} ms) was not "
                     f"faster than onnxruntime alone on {baseline_is} "
-                    f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s))"
+                    f"({mix['onnxruntime_latency_ms']:.3f} ms, {artifact_threads} thread(s)) "
+                    f"by {MARGIN:.0%}, the margin a mix must win by"
                 )
             else:
                 timed = " and ".join(_timed(t) for t in each_timing(mix))
