@@ -98,10 +98,12 @@ class KernelPrice:
         return len(self.funcs)
 
     def to_dict(self) -> dict:
-        row = asdict(self)
-        row.update(nodes=list(self.nodes), funcs=list(self.funcs))
-        row.update(func=self.func, kernels=self.kernels)
-        return row
+        return asdict(self) | {
+            "nodes": list(self.nodes),
+            "funcs": list(self.funcs),
+            "func": self.func,
+            "kernels": self.kernels,
+        }
 
 
 @dataclass
