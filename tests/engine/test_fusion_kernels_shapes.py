@@ -284,6 +284,62 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
 
 
 @pytest.mark.parametrize(
+    ("width", "stride", "window", "lanes", "columns"),
+    [
+        (12, 1, 3, 16, 4),  # four columns divide the width
+        (14, 1, 3, 16, 2),  # four do not: two
+        (7, 1, 3, 16, 7),  # a 7x7 plane: all seven
+        (14, 2, 5, 16, 7),  # EfficientNet's 5x5 stride 2 (7 wide out)
+        (13, 1, 3, 16, 1),  # a prime width: one column, still in registers
+        (12, 1, 3, 8, 4),  # AVX2: 8 lanes, the block in two registers, 4 x 2 sums of 12
+    ],
+)
+def test_a_blocked_depthwise_conv_is_a_register_tile_with_its_epilogue(
+    width, stride, window, lanes, columns
+):
+    """A depthwise conv in channel blocks keeps a tile of output columns x the whole block
+    in registers while its window's loops run, and applies its bias and ReLU6 as the tile
+    is written back (MobileNetV2's first, 32 channels at 112x112: 92 -> 54 us, AMD EPYC
+    Zen 4). Exact."""
+    import tvm
+    from tvm import te, topi
+
+    from engine.fusion.lowering import _depthwise_blocked
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    block, pad = 32 if lanes == 16 else 16, window // 2
+    data = te.placeholder((1, 2, width, width, block), name="data")
+    kernel = te.placeholder((2, 1, window, window, 1, block), name="kernel")
+    bias = te.placeholder((1, 2, 1, 1, block), name="bias")
+    conv = _depthwise_blocked(data, kernel, [stride] * 2, [pad] * 4, [1, 1], "float32")
+    relu6 = topi.minimum(topi.maximum(topi.add(conv, bias), 0.0), 6.0)
+    config = CpuScheduleConfig(lanes, vector_registers=32 if lanes == 16 else 16)
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, kernel, bias, relu6]), config)
+    assert kind == "window"
+    text = scheduled.script()
+    assert '"local"' in text  # the sums in a tile, not in the output
+    assert f"T.unroll({columns})" in text or columns == 1
+    assert f"T.unroll({block // lanes})" in text
+    assert 'T.sblock("T_' not in text  # no epilogue block of its own: in the write-back
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, width, width, block)).astype("float32")
+    w = rng.standard_normal((2, 1, window, window, 1, block)).astype("float32")
+    b = rng.standard_normal((1, 2, 1, 1, block)).astype("float32")
+    out_w = (width + 2 * pad - window) // stride + 1
+    out = tvm.runtime.tensor(np.zeros((1, 2, out_w, out_w, block), "float32"))
+    tvm.compile(scheduled, target="llvm")(*(tvm.runtime.tensor(a) for a in (x, w, b)), out)
+    xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)])
+    expected = np.zeros((1, 2, out_w, out_w, block), "float32")
+    span = (out_w - 1) * stride + 1
+    for kh in range(window):
+        for kw in range(window):
+            patch = xp[:, :, kh : kh + span : stride, kw : kw + span : stride, :]
+            expected += patch * w[:, 0, kh, kw, 0, :][None, :, None, None, :]
+    expected = np.clip(expected + b, 0.0, 6.0)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
     ("data_shape", "kernel_shape", "parallel"),
     [
         # the input (200 KB) is the larger: rows outermost, the output chunk inside them
