@@ -696,7 +696,7 @@ def _window_tile(sch, nest: _Nest, lanes: int, config: CpuScheduleConfig) -> boo
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     chunk, lane = sch.split(spatial[-1], [None, lanes])
     column_o, column_i = sch.split(spatial[-2], [None, rows])
-    outer = sch.fuse(*spatial[:-2])
+    outer = sch.fuse(*spatial[:-2]) if n_spatial > 3 else spatial[0]
     sch.reorder(outer, column_o, *reduce, column_i, chunk, lane)
     sch.reverse_compute_at(writeback, column_o)
     _vectorize_innermost(sch, writeback, lanes * chunks)
