@@ -10,7 +10,7 @@ cores) run in processes of their own, warmed up, timing runs for a window on the
 inputs; rounds alternate so that a change in the machine's load hits both sides, and each
 side's figure is its fastest round's median. Each side is one process that loads its model
 once and times a round when asked, so only the side being timed runs (the others wait on a
-pipe, their thread pools idle). The rounds are shared out over a few sets of such
+pipe, and a round starts only once their thread pools have stopped spinning: ``_settle``). The rounds are shared out over a few sets of such
 processes, one set alive at a time, so that each side's figure is taken over several
 placements of its model in memory, not one. Each process also reports its peak resident
 memory, and how much of it the model added to the process as it was after imports
@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -227,7 +228,8 @@ class FairTiming:
         return {
             "method": (
                 f"each side in a fresh process, rounds alternating and shared out over "
-                f"{self.process_sets} set(s) of fresh processes, each side's fastest "
+                f"{self.process_sets} set(s) of fresh processes, each round started once "
+                "every timing process was idle, each side's fastest "
                 "round's median; the artifact and onnxruntime each at its best thread "
                 "setting (1 or all cores), onnxruntime with default session options"
                 + (
@@ -362,6 +364,7 @@ def time_fairly(
                         )
                     for name, side in sides.items():
                         if name not in dropped:
+                            _settle(list(sides.values()))
                             results[name].append(side.round(window_s, timeout_s))
                     done += 1
                     dropped.update(_outrun(results, dropped, done))
@@ -467,6 +470,54 @@ def _outrun(results: dict[str, list[dict]], dropped: dict, done: int) -> dict[st
                     f"{max(live[best]):.3f} ms (more than {DECISIVE}x in every round)"
                 )
     return out
+
+
+SETTLE_STEP_S = 0.02
+SETTLE_MAX_S = 1.0
+_IDLE_SHARE = 0.05
+"""A side's round starts once the timing processes together use less than this share of
+one core over a step of ``SETTLE_STEP_S`` (at most ``SETTLE_MAX_S`` waited)."""
+
+
+def _settle(sides: list[_Side]) -> float:
+    """Wait until every timing process is idle; returns the seconds waited.
+
+    A process waiting for its next round is not idle at once: TVM's pool workers spin on
+    for about 150 ms after a run ends (its default spin count, which an artifact on TVM
+    alone ships with: 150 ms of a whole core, measured on an AMD EPYC Zen 4), and
+    onnxruntime's threads spin briefly too. The next side timed shared the cores with
+    that spin: EfficientNet (torch, on TVM alone) timed at 0.63-0.95 ms against
+    onnxruntime's 1.12-1.23 in three timings, and 0.61-0.69 against 1.03-1.05 when TVM's
+    workers stopped spinning after 3000 yields. Where ``/proc`` shows no CPU time (not
+    Linux), nothing is waited for."""
+    pids = [side.process.pid for side in sides if side.process.poll() is None]
+    started = time.monotonic()
+    last = _cpu_ns(pids)
+    while last is not None and time.monotonic() - started < SETTLE_MAX_S:
+        time.sleep(SETTLE_STEP_S)
+        now = _cpu_ns(pids)
+        if now is None or now - last < _IDLE_SHARE * SETTLE_STEP_S * 1e9:
+            break
+        last = now
+    return time.monotonic() - started
+
+
+def _cpu_ns(pids: list[int]) -> int | None:
+    """CPU time the threads of ``pids`` have used so far, in ns (their ``schedstat``);
+    None where ``/proc`` does not tell."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return None
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue  # a thread that ended meanwhile
+    return total
 
 
 def _memory(results: list[dict]) -> dict[str, int]:

@@ -6,6 +6,7 @@ figures to make the mix win or lose."""
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 
 import numpy as np
@@ -509,6 +510,61 @@ def test_fair_timing_shares_the_rounds_out_over_fresh_processes(save, tmp_path, 
     assert len(set(started)) == 6 - len(fair.dropped) and most[0] == 3
     assert fair.process_sets == 2 and fair.to_dict()["process_sets"] == 2
     assert fair.rounds == 2 and fair.latency_ms > 0 and fair.onnxruntime_latency_ms > 0
+
+
+class _Process:
+    """A stand-in timing side: a real process that uses a core for ``busy_s`` seconds,
+    then waits on its stdin, as a side waits for its next round."""
+
+    def __init__(self, busy_s: float):
+        import subprocess
+        import sys
+
+        code = f"import sys, time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass\nsys.stdin.read()"
+        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc")
+def test_a_round_starts_once_every_timing_process_is_idle():
+    """A side waiting for its next round can still be using a core (TVM's pool workers spin
+    for about 150 ms after a run): the next round waits until every timing process is
+    idle, and no longer than ``SETTLE_MAX_S``; idle processes cost it nothing."""
+    import time
+
+    from engine.fusion import fair_timing
+
+    idle, busy = _Process(0.0), _Process(0.6)
+    try:
+        time.sleep(0.3)  # both interpreters started; the idle one is waiting already
+        waited = fair_timing._settle([idle])
+        assert waited < 0.1
+        started = time.monotonic()
+        busy_for = fair_timing._settle([idle, busy])
+        assert busy_for >= 0.1 and time.monotonic() - started >= 0.1
+        assert busy_for <= fair_timing.SETTLE_MAX_S + 0.1
+        assert fair_timing._settle([idle, busy]) < 0.1  # it went idle: nothing more to wait
+    finally:
+        idle.close()
+        busy.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc")
+def test_a_spinning_side_delays_the_next_round_not_the_timing(monkeypatch):
+    """However long a process stays busy, a round waits at most ``SETTLE_MAX_S``."""
+    from engine.fusion import fair_timing
+
+    monkeypatch.setattr(fair_timing, "SETTLE_MAX_S", 0.2)
+    busy = _Process(5.0)
+    try:
+        waited = fair_timing._settle([busy])
+        assert 0.2 <= waited < 0.5
+    finally:
+        busy.process.kill()
+        busy.process.wait()
 
 
 def timings_in_turn(monkeypatch, *figures, rounds_apart: bool = False):
