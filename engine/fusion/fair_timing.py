@@ -10,11 +10,11 @@ cores) run in processes of their own, warmed up, timing runs for a window on the
 inputs; rounds alternate so that a change in the machine's load hits both sides, and each
 side's figure is its fastest round's median. Each side is one process that loads its model
 once and times a round when asked, so only the side being timed runs (the others wait on a
-pipe, and a round starts only once their thread pools have stopped spinning: ``_settle``). The rounds are shared out over a few sets of such
-processes, one set alive at a time, so that each side's figure is taken over several
-placements of its model in memory, not one. Each process also reports its peak resident
-memory, and how much of it the model added to the process as it was after imports
-(``model_bytes``).
+pipe, and a round starts once their thread pools have stopped spinning: ``_settle``). The
+rounds are shared out over a few sets of such processes, one set alive at a time, so that
+each side's figure is taken over several placements of its model in memory, not one. Each
+process also reports its peak resident memory, and how much of it the model added to the
+process as it was after imports (``model_bytes``).
 """
 
 from __future__ import annotations

@@ -664,7 +664,7 @@ def _window(sch, config: CpuScheduleConfig) -> bool:
     return True
 
 
-_WINDOW_ROWS = (4, 2, 7, 3, 5)
+_WINDOW_COLUMNS = (4, 2, 7, 3, 5)
 """Output columns a depthwise conv's register tile takes, the first that divides the
 output's width (none: one). Measured on an AMD EPYC Zen 4 (AVX-512, 2 threads, blocks of
 32, bias and ReLU6, TVM's time_evaluator, 2, 4, 7 and 8 columns each): four were the
@@ -683,19 +683,18 @@ def _window_tile(sch, nest: _Nest, lanes: int, config: CpuScheduleConfig) -> boo
     over the output: MobileNetV2's first depthwise conv (32 channels at 112x112, bias and
     ReLU6) 92 us, tiled 54 (onnxruntime 84 inside the model)."""
     anchor, n_spatial = nest.anchor, nest.n_spatial
-    loops = sch.get_loops(anchor)
-    spatial, reduce = loops[:n_spatial], loops[n_spatial:]
+    spatial = sch.get_loops(anchor)[:n_spatial]
     chunks = _int(sch.get(spatial[-1]).extent) // lanes
-    columns = _int(sch.get(spatial[-2]).extent)
-    rows = next(
-        (r for r in _WINDOW_ROWS if columns % r == 0 and r * chunks <= config.accumulators), 1
+    width = _int(sch.get(spatial[-2]).extent)
+    columns = next(
+        (c for c in _WINDOW_COLUMNS if width % c == 0 and c * chunks <= config.accumulators), 1
     )
     writeback = sch.cache_write(anchor, 0, "local")
     _fuse_epilogue(sch, writeback)
     loops = sch.get_loops(anchor)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     chunk, lane = sch.split(spatial[-1], [None, lanes])
-    column_o, column_i = sch.split(spatial[-2], [None, rows])
+    column_o, column_i = sch.split(spatial[-2], [None, columns])
     outer = sch.fuse(*spatial[:-2]) if n_spatial > 3 else spatial[0]
     sch.reorder(outer, column_o, *reduce, column_i, chunk, lane)
     sch.reverse_compute_at(writeback, column_o)

@@ -520,7 +520,10 @@ class _Process:
         import subprocess
         import sys
 
-        code = f"import sys, time\nt = time.time()\nwhile time.time() - t < {busy_s}: pass\nsys.stdin.read()"
+        code = (
+            "import sys, time\nt = time.time()\n"
+            f"while time.time() - t < {busy_s}: pass\nsys.stdin.read()"
+        )
         self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
 
     def close(self):
