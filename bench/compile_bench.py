@@ -143,17 +143,14 @@ def _confirm(artifact: Path, model, data: dict, threads: int, config) -> dict:
     compile's baseline."""
     if data["backend"] == "onnxruntime" and data.get("onnxruntime_as_uploaded", True):
         return {"speed_vs_onnxruntime": 1.0, "timed": False}
-    from engine.fusion.fair_timing import time_fairly
+    from engine.fusion.fair_timing import rounds_for, time_fairly
     from engine.fusion.standalone import CompiledModel
 
     feeds = CompiledModel(artifact).example_inputs()
+    # rounds by the shipped artifact's run time, by the compile's own rule
+    rounds = config.timing_rounds or rounds_for(data.get("latency_ms"), config.timing_window_s)
     fair = time_fairly(
-        artifact,
-        model,
-        feeds,
-        threads,
-        rounds=config.timing_rounds,
-        window_s=config.timing_window_s / config.timing_rounds,
+        artifact, model, feeds, threads, rounds=rounds, window_s=config.timing_window_s / rounds
     )
     speed = fair.each[0].round_speed
     return {

@@ -105,7 +105,7 @@ class CompileConfig:
     measure: bool = True
     build_timeout_s: float = 600.0
     timing_window_s: float = 2.0
-    timing_rounds: int = 3
+    timing_rounds: int = 0  # 0: by the model's run time (fair_timing.rounds_for)
     choose_backends: bool = True
     split_kernels: bool = True
     conv_layout: str = "auto"  # "auto": measured; "nchw" or "blocked" (conv_layout.LAYOUTS)

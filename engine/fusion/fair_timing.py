@@ -227,8 +227,8 @@ class FairTiming:
     def to_dict(self) -> dict:
         return {
             "method": (
-                f"each side in a fresh process, rounds alternating and shared out over "
-                f"{self.process_sets} set(s) of fresh processes, each round started once "
+                f"each side in a fresh process, {self.rounds} rounds alternating and shared "
+                f"out over {self.process_sets} set(s) of fresh processes, each round started once "
                 "every timing process was idle, each side's fastest "
                 "round's median; the artifact and onnxruntime each at its best thread "
                 "setting (1 or all cores), onnxruntime with default session options"
@@ -405,6 +405,28 @@ def time_fairly(
         round_ms=round_ms,
         ended_early=ended_early,
     )
+
+
+ROUNDS_LEAST = 3
+ROUNDS_MOST = 12
+ROUND_RUNS = 20
+"""A side's timing window is shared into more rounds the shorter a run is (``rounds_for``):
+from ``ROUNDS_LEAST`` to ``ROUNDS_MOST``, each round holding at least ``ROUND_RUNS`` runs."""
+
+
+def rounds_for(run_ms: float | None, window_s: float) -> int:
+    """How many rounds to share a side's window of ``window_s`` seconds into, for a model
+    that ran in ``run_ms`` (None: not known, the fewest). Each side's figure is its fastest
+    round, and each round's speed pairs the sides on one speed of the machine
+    (``round_speeds``): three rounds are three samples of each, too few for a model whose
+    run is short next to the machine's swings. EfficientNet (torch, 0.6 ms), four fair
+    timings each: 1.38-1.65x onnxruntime's speed with 3 rounds, 1.66-1.74x with 12 of the
+    same window. A long run keeps 3: 12 rounds of at least 5 runs would stretch VGG-19's
+    timing (100-190 ms a run) far past its window."""
+    if not run_ms or run_ms <= 0:
+        return ROUNDS_LEAST
+    fit = int(window_s * 1e3 / (run_ms * ROUND_RUNS))
+    return max(ROUNDS_LEAST, min(ROUNDS_MOST, fit))
 
 
 DECIDED_AFTER_SETS = 2

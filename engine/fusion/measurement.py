@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from engine.fusion.backend_choice import timing_wins
-from engine.fusion.fair_timing import time_fairly
+from engine.fusion.fair_timing import rounds_for, time_fairly
 from engine.fusion.standalone import CompiledModel, example_inputs
 from engine.fusion.timing import kernel_times_us
 
@@ -54,6 +54,8 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
                 "models of 10 ms or more timed on both ran 1.5-2.1x slower on one thread)"
             )
 
+        rounds = config.timing_rounds or rounds_for(run_ms, config.timing_window_s)
+
         def timing(share: float, offset: float, settings=settings):
             return time_fairly(
                 staging,
@@ -63,8 +65,8 @@ def measure(original, staging, spec, config, fused, built, kernels, inputs, repo
                 # the artifact ships on its own fastest setting, as onnxruntime is timed at
                 # its best
                 compiled_settings=config.choose_backends,
-                rounds=config.timing_rounds,
-                window_s=config.timing_window_s / config.timing_rounds,
+                rounds=rounds,
+                window_s=config.timing_window_s / rounds,
                 progress=report and (lambda f, m: report(offset + share * f, m)),
                 settings=settings,
                 not_timed=not_timed,

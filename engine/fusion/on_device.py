@@ -18,6 +18,7 @@ from pathlib import Path
 from engine.errors import ProgressFn
 from engine.fusion.compile import CompileConfig, compile_model
 from engine.fusion.device_measure import measure_artifact
+from engine.fusion.fair_timing import ROUNDS_LEAST
 from engine.fusion.measurement import against_reference
 from engine.fusion.standalone import example_inputs
 from engine.fusion.target import TargetSpec
@@ -62,7 +63,7 @@ def compile_on_device(model, remote: Remote, config: CompileConfig, progress: Pr
             opened,
             staging,
             feeds,
-            repeats=max(3, config.timing_rounds * 3),
+            repeats=3 * (config.timing_rounds or ROUNDS_LEAST),
             min_repeat_ms=max(1, int(config.timing_window_s * 1e3 / 10)),
             kernel_repeats=max(3, config.kernel_timing_runs),
             progress=_span(progress, 0.72, 0.97),

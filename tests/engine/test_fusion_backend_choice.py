@@ -603,6 +603,32 @@ def timings_in_turn(monkeypatch, *figures, rounds_apart: bool = False):
     return calls
 
 
+def test_a_short_run_is_timed_in_more_rounds_of_the_same_window():
+    from engine.fusion.fair_timing import ROUNDS_LEAST, ROUNDS_MOST, rounds_for
+
+    # EfficientNet (torch): 0.6 ms a run; 3 s a side hold 250 rounds of 20 runs: the most
+    assert rounds_for(0.6, 3.0) == ROUNDS_MOST == 12
+    assert rounds_for(15.7, 3.0) == 9  # AlexNet: 3000 / (15.7 x 20)
+    assert rounds_for(100.0, 3.0) == rounds_for(None, 3.0) == ROUNDS_LEAST == 3  # VGG; unknown
+
+
+def test_the_compile_shares_its_window_into_rounds_by_the_runs_time(save, tmp_path, monkeypatch):
+    whole_model_timed(monkeypatch, 1.0, 2.0)
+    timed_with = []
+    timing = __import__("engine.fusion.measurement", fromlist=["time_fairly"]).time_fairly
+
+    def time_fairly(*args, **kwargs):
+        timed_with.append((kwargs["rounds"], kwargs["window_s"]))
+        return timing(*args, **kwargs)
+
+    monkeypatch.setattr("engine.fusion.measurement.time_fairly", time_fairly)
+    config = {**CHOOSING, "timing_rounds": 0, "timing_window_s": 0.6}
+    compile_model(save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **config))
+    # a run of well under a millisecond: the most rounds, the window shared among them (a
+    # close win's second timing too)
+    assert timed_with and all(r == 12 and w == pytest.approx(0.05) for r, w in timed_with)
+
+
 def test_a_round_gives_a_speed_of_its_own_on_the_speed_the_machine_ran_both_sides_at():
     """Rounds as a shared AMD EPYC gave EfficientNet-B0 tuned (its fastest rounds: the
     artifact 9.58 ms, onnxruntime 6.92): the artifact on the slow speed in every round,
