@@ -204,6 +204,40 @@ def test_a_split_that_measures_no_faster_is_dropped_and_the_build_stays(
     assert not (tmp_path / "c" / "split").exists()
 
 
+def test_a_plan_of_one_slow_timing_is_priced_again_and_not_built(save, tmp_path, monkeypatch):
+    """The first timing of the TVM kernels caught a slow spell (1 ms each), the second not
+    (1 us each, faster than onnxruntime's): each kernel at the faster of its two timings,
+    nothing is worth moving, and nothing is built or timed."""
+    from test_fusion_compile import conv_relu_conv
+
+    import engine.fusion.kernel_split as split
+    from engine.fusion import CompileConfig, compile_model
+
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(1.0, 1.0))
+    _whole_model_wins(monkeypatch)
+    slow = split.tvm_kernel_times
+    timings = []
+
+    def tvm_times(*args, **kwargs):
+        timings.append(1)
+        times = slow(*args, **kwargs)
+        scale = 1.0 if len(timings) == 1 else 1e-3
+        return {i: {k: us * scale for k, us in t.items()} for i, t in times.items()}
+
+    monkeypatch.setattr(split, "tvm_kernel_times", tvm_times)
+    monkeypatch.setattr(
+        split, "_build_split", lambda *args: pytest.fail("a plan of noise was built")
+    )
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)
+    ).to_dict()
+    result = data["kernel_split"]
+    assert len(timings) == 2 and not result["built"] and not result["kept"]
+    assert result["reason"].startswith("no kernel moves when timed again (the first timing:")
+    assert result["timed_twice"]["first_tvm_us"] > result["tvm_us"]
+    assert data["backend"] == "tvm" and data["fallback_nodes"] == []
+
+
 @pytest.mark.parametrize("kept", [True, False])
 def test_a_second_compile_takes_the_stored_verdict(save, tmp_path, monkeypatch, kept):
     """With a tuning store, the split's verdict on a build is stored: a second compile of
