@@ -48,7 +48,26 @@ def test_horizontal_merges_qkv_projections_into_one_matmul_and_a_split():
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
 
 
-def test_horizontal_merges_same_shaped_convs_but_not_different_kernels():
+def test_horizontal_leaves_convs_as_they_are():
+    """Merged, their channel slices ran in NCHW between blocked convs (Inception: 29 layout
+    transforms against 17, 2.53 against 2.34 ms)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1"),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["b"], name="c2"),
+    ]
+    inits = [
+        _random("w1", (4, 3, 1, 1), 1),
+        _random("b1", (4,), 2),
+        _random("w2", (6, 3, 1, 1), 3),
+        _random("b2", (6,), 4),
+    ]
+    model = build(nodes, [("x", [1, 3, 8, 8])], [("a", [1, 4, 8, 8]), ("b", [1, 6, 8, 8])], inits)
+    same, rewrites = horizontal(model)
+    assert rewrites == [] and [n.name for n in same.graph.node] == ["c1", "c2"]
+
+
+def test_horizontal_merges_same_shaped_convs_but_not_different_kernels(monkeypatch):
+    monkeypatch.setattr("engine.fusion.rules.horizontal_merge.MERGE_CONVS", True)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1"),
         helper.make_node("Conv", ["x", "w2", "b2"], ["b"], name="c2"),
