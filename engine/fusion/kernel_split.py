@@ -305,17 +305,21 @@ def tvm_kernel_times(
     return times
 
 
+def _faster_each(first: dict, second: dict) -> dict:
+    """``{key: us}``: each time the smaller of its two timings (None, or missing in one:
+    the other's)."""
+    return {
+        key: min((t for t in (first.get(key), second.get(key)) if t is not None), default=None)
+        for key in first.keys() | second.keys()
+    }
+
+
 def _faster(first: dict, second: dict) -> dict:
-    """``{group: {key: us}}``: each time the smaller of its two timings (None, or missing
-    in one: the other's)."""
-    merged = {}
-    for group in first.keys() | second.keys():
-        a, b = first.get(group) or {}, second.get(group) or {}
-        merged[group] = {
-            key: min((t for t in (a.get(key), b.get(key)) if t is not None), default=None)
-            for key in a.keys() | b.keys()
-        }
-    return merged
+    """``{group: {key: us}}``: :func:`_faster_each` group by group."""
+    return {
+        group: _faster_each(first.get(group) or {}, second.get(group) or {})
+        for group in first.keys() | second.keys()
+    }
 
 
 def scaled_to(kernel_us: dict, plain_us: float) -> dict:
@@ -592,7 +596,7 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
         tvm_times = _faster(
             tvm_times, tvm_kernel_times(build.staging, build.fused, build.built, threads, feeds)
         )
-        ort_us = _faster({"": ort_us}, {"": onnxruntime_node_times(model, threads, feeds)})[""]
+        ort_us = _faster_each(ort_us, onnxruntime_node_times(model, threads, feeds))
         plan = plan_split(calls, tvm_times, ort_us, threads, open_ends)
     result = plan.to_dict() | {"tried": True, "built": False, "kept": False}
     if first is not None:

@@ -420,21 +420,8 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
     if row is None and _reduce_extent(sch, anchor) < _MIN_GEMV_REDUCE:
         return None  # depthwise conv: no reuse to tile for; the simple rule does as well
     predicated = False
-    if row is None and group == extent and extent % config.vector_lanes and extent > width:
-        # A matrix-vector product whose row no whole register divides (a classifier's 100
-        # or 1000 classes): whole registers, as many as the row fills up to 8, each an
-        # independent sum, the last tile's lanes predicated. In registers of 4 lanes, one
-        # sum a tile, each step waited for the last: 1 x 1280 x 100 with bias 18.6 us,
-        # 4.5 in one tile of 7 registers (onnxruntime's whole run 9; the kernel alone, 2
-        # threads, an AMD EPYC Zen 4). Padded instead, the weight was copied on every call:
-        # 42 us.
-        width, predicated = config.vector_lanes, True
-        vector = width * min(_GEMV_REGISTERS, -(-extent // width))
-    elif row is None:  # a matrix-vector product: wide tiles read each weight row in bursts
-        for wide in (8, 4, 2):
-            if math.gcd(extent, group) % (wide * width) == 0:
-                vector = wide * width
-                break
+    if row is None:
+        width, vector, predicated = _gemv_vector(extent, group, width, config)
     relayout = None if contiguous else (reads[a][0], dim)
     # Sweep the larger operand once: a tile of it stays in cache while every tile of the
     # smaller one passes by (the smaller is re-read from cache). GPT-2's lm_head, 128 rows
@@ -462,6 +449,27 @@ def _choose_tile(sch, anchor, n_spatial: int, config: CpuScheduleConfig) -> _Til
         fan,
         predicated,
     )
+
+
+def _gemv_vector(
+    extent: int, group: int, width: int, config: CpuScheduleConfig
+) -> tuple[int, int, bool]:
+    """(register width, tile lanes, predicated) of a matrix-vector product's tile.
+
+    A row no whole register divides (a classifier's 100 or 1000 classes): whole
+    registers, as many as the row fills up to 8, each an independent sum, the last tile's
+    lanes predicated. In registers of 4 lanes, one sum a tile, each step waited for the
+    last: 1 x 1280 x 100 with bias 18.6 us, 4.5 in one tile of 7 registers (onnxruntime's
+    whole run 9; the kernel alone, 2 threads, an AMD EPYC Zen 4). Padded instead, the
+    weight was copied on every call: 42 us. Otherwise wide tiles read each weight row in
+    bursts."""
+    if group == extent and extent % config.vector_lanes and extent > width:
+        lanes = config.vector_lanes
+        return lanes, lanes * min(_GEMV_REGISTERS, -(-extent // lanes)), True
+    for wide in (8, 4, 2):
+        if math.gcd(extent, group) % (wide * width) == 0:
+            return width, wide * width, False
+    return width, width, False
 
 
 def _fanned(
