@@ -16,8 +16,9 @@ priced both ways on this worker, at the artifact's threads:
 A dynamic program over the kernels in launch order then picks each kernel's backend so
 that the kernels' times plus the cost of every switch between the backends is least. A
 switch costs a runtime call (``SWITCH_US``) plus the tensor crossing it at
-``SWITCH_GBPS``. Only a plan predicted to save at least ``MIN_GAIN`` of the TVM time is
-built; the compile then times the new build against the one it had, in one process,
+``SWITCH_GBPS``. Only a plan predicted to save at least ``MIN_GAIN`` of the TVM time, and to run faster than the
+whole model in onnxruntime alone (its plain session's time: onnxruntime alone is timed
+at the end of the compile and ships before any mix not faster than it), is built; the compile then times the new build against the one it had, in one process,
 rounds alternating, and keeps the split only if it measured faster by ``KEEP_MARGIN``:
 the prediction chooses what to try, a measurement what ships. The whole-model check
 against onnxruntime alone (``backend_choice``) still follows.
@@ -114,6 +115,8 @@ class SplitPlan:
     tvm_us: float  # the timed kernels of the segments, all on TVM
     planned_us: float  # the same with the plan's choices and switches
     threads: int
+    onnxruntime_us: float | None = None
+    """The whole model in a plain onnxruntime session on this worker (None: not timed)."""
 
     @property
     def moved(self) -> list[KernelPrice]:
@@ -121,7 +124,22 @@ class SplitPlan:
 
     @property
     def worth_building(self) -> bool:
-        return bool(self.moved) and self.planned_us < self.tvm_us * (1 - MIN_GAIN)
+        return bool(self.moved) and self.saves_enough and not self.behind_onnxruntime
+
+    @property
+    def saves_enough(self) -> bool:
+        return self.planned_us < self.tvm_us * (1 - MIN_GAIN)
+
+    @property
+    def behind_onnxruntime(self) -> bool:
+        """The plan is predicted no faster than onnxruntime alone on the whole model, which
+        the compile times at its end and ships before a mix that does not beat it: such a
+        split cannot ship. DenseNet-121 on an AMD EPYC Zen 3 (AVX2): its plan moved one
+        unit holding 74 of the 80 ms of TVM kernels (60.6 ms planned, onnxruntime alone
+        57.5); the split took 45 s to build and ran 132 ms against 81. Over 15 splits
+        built in three runs of the 36 models (Zen 3, Zen 4, a Xeon), each of the 7 planned
+        at or above onnxruntime's time shipped onnxruntime alone."""
+        return self.onnxruntime_us is not None and self.planned_us >= self.onnxruntime_us
 
     def reasons(self) -> dict[str, str]:
         """Node -> why it moves, for every node of a moved kernel."""
@@ -148,6 +166,9 @@ class SplitPlan:
             "predicted": True,
             "tvm_us": round(self.tvm_us, 1),
             "planned_us": round(self.planned_us, 1),
+            "onnxruntime_us": None
+            if self.onnxruntime_us is None
+            else round(self.onnxruntime_us, 1),
             "kernels": [p.to_dict() for p in self.prices],
             "moved": [p.to_dict() for p in self.moved],
         }
@@ -159,13 +180,15 @@ def plan_split(
     ort_us: dict,
     threads: int,
     open_ends: dict[int, tuple[bool, bool]] | None = None,
+    onnxruntime_us: float | None = None,
 ) -> SplitPlan:
     """``calls_by_segment``: segment index -> its ``KernelCall`` list in launch order;
     ``tvm_times``: segment index -> ``{(func, occurrence): us}``; ``ort_us``: ONNX node ->
     onnxruntime time in us (None where its profile could not tell); ``open_ends``: segment
     index -> (it reads only the model's inputs, it writes only the model's outputs): no
     TVM neighbour there, so starting or ending on onnxruntime crosses nothing (GPT-2's
-    vocabulary projection, 0.9 ms in TVM against 0.43 in onnxruntime, writes the logits)."""
+    vocabulary projection, 0.9 ms in TVM against 0.43 in onnxruntime, writes the logits);
+    ``onnxruntime_us``: the whole model in a plain onnxruntime session (None: unknown)."""
     prices, total, planned = [], 0.0, 0.0
     for index, calls in calls_by_segment.items():
         times = tvm_times.get(index, {})
@@ -184,7 +207,7 @@ def plan_split(
         prices += chosen
         total += math.fsum(r.tvm_us for r in rows if r.tvm_us is not None)
         planned += _cost(chosen, *ends)
-    return SplitPlan(prices, total, planned, threads)
+    return SplitPlan(prices, total, planned, threads, onnxruntime_us)
 
 
 def units(calls: list) -> list[list[int]]:
@@ -305,13 +328,15 @@ def tvm_kernel_times(
     return times
 
 
+def _least(*times: float | None) -> float | None:
+    """The smallest of the times known (None: none is)."""
+    return min((t for t in times if t is not None), default=None)
+
+
 def _faster_each(first: dict, second: dict) -> dict:
     """``{key: us}``: each time the smaller of its two timings (None, or missing in one:
     the other's)."""
-    return {
-        key: min((t for t in (first.get(key), second.get(key)) if t is not None), default=None)
-        for key in first.keys() | second.keys()
-    }
+    return {key: _least(first.get(key), second.get(key)) for key in first.keys() | second.keys()}
 
 
 def _faster(first: dict, second: dict) -> dict:
@@ -331,9 +356,10 @@ def scaled_to(kernel_us: dict, plain_us: float) -> dict:
 
 def onnxruntime_node_times(
     model, threads: int, feeds: dict, window_s: float = 0.5
-) -> dict[str, float | None]:
-    """ONNX node -> onnxruntime's time for it in us at ``threads``, from its profiler; None
-    for a node the profile does not show (its kernel then stays on TVM).
+) -> tuple[dict[str, float | None], float | None]:
+    """(ONNX node -> onnxruntime's time for it in us at ``threads``, from its profiler,
+    None for a node the profile does not show (its kernel then stays on TVM); the whole
+    model's time in us in a plain default session, None when the profile showed no node).
 
     The profile runs at optimization level ``basic``: no fusion there, so each node keeps
     its own kernel and name (at ``extended`` and ``all`` onnxruntime fuses and renames).
@@ -372,12 +398,13 @@ def onnxruntime_node_times(
     }
     profiled_us = math.fsum(t for t in times.values() if t)
     if not profiled_us:
-        return times
+        return times, None
     plain = ort_session(data, threads, spin_stop=False)
     plain_ms = time_calls(lambda: plain.run(None, inputs), TimingConfig(5, 200, window_s))
     # where a node is not shown, the plain run's time holds it too: the scale errs high
-    scale = min(1.0, plain_ms["median"] * 1e3 / profiled_us)
-    return {name: None if t is None else t * scale for name, t in times.items()}
+    plain_us = plain_ms["median"] * 1e3
+    scale = min(1.0, plain_us / profiled_us)
+    return {name: None if t is None else t * scale for name, t in times.items()}, plain_us
 
 
 _KERNEL_EVENT = "_kernel_time"
@@ -575,7 +602,7 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
     report(0.8, "timing every TVM kernel")
     tvm_times = tvm_kernel_times(build.staging, build.fused, build.built, threads, feeds)
     report(0.81, "profiling the same nodes in onnxruntime")
-    ort_us = onnxruntime_node_times(model, threads, feeds)
+    ort_us, ort_whole_us = onnxruntime_node_times(model, threads, feeds)
     inputs = {i.name for i in model.graph.input}
     outputs = {o.name for o in model.graph.output}
     open_ends = {
@@ -583,7 +610,7 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
         for i, s in build.fused.items()
     }
     calls = {i: s.calls for i, s in build.fused.items()}
-    plan = plan_split(calls, tvm_times, ort_us, threads, open_ends)
+    plan = plan_split(calls, tvm_times, ort_us, threads, open_ends, ort_whole_us)
     first = None
     if plan.worth_building:
         # Priced on one timing of each side, a plan can be a burst of other load: DenseNet-
@@ -596,8 +623,10 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
         tvm_times = _faster(
             tvm_times, tvm_kernel_times(build.staging, build.fused, build.built, threads, feeds)
         )
-        ort_us = _faster_each(ort_us, onnxruntime_node_times(model, threads, feeds))
-        plan = plan_split(calls, tvm_times, ort_us, threads, open_ends)
+        again, again_whole_us = onnxruntime_node_times(model, threads, feeds)
+        ort_us = _faster_each(ort_us, again)
+        ort_whole_us = _least(ort_whole_us, again_whole_us)
+        plan = plan_split(calls, tvm_times, ort_us, threads, open_ends, ort_whole_us)
     result = plan.to_dict() | {"tried": True, "built": False, "kept": False}
     if first is not None:
         result["timed_twice"] = {
@@ -607,11 +636,17 @@ def _split_kernels(build, model, fallback: dict, feeds: dict, write_manifest, re
             "faster of two timings, and built only if it still is",
         }
     if not plan.worth_building:
-        result["reason"] = (
-            "no kernel moves"
-            if not plan.moved
-            else f"the plan saves less than {MIN_GAIN:.0%} of the TVM kernels' time"
-        ) + (
+        if not plan.moved:
+            why = "no kernel moves"
+        elif not plan.saves_enough:
+            why = f"the plan saves less than {MIN_GAIN:.0%} of the TVM kernels' time"
+        else:
+            why = (
+                f"the plan ({plan.planned_us / 1e3:.3f} ms) is no faster than the whole model "
+                f"in onnxruntime alone ({plan.onnxruntime_us / 1e3:.3f} ms, a plain session at "
+                f"{threads} thread(s) on this worker), which ships before such a mix"
+            )
+        result["reason"] = why + (
             ""
             if first is None
             else f" when timed again (the first timing: {first.planned_us / 1e3:.3f} against "

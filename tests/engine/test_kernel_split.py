@@ -64,6 +64,23 @@ def test_at_the_models_outputs_no_tensor_crosses_back():
     assert start.planned_us == pytest.approx(430 + 100 + start.prices[0].switch_us)
 
 
+def test_a_plan_no_faster_than_onnxruntime_alone_is_not_built():
+    """onnxruntime alone is timed at the end of the compile and ships before a mix that
+    does not beat it: a plan predicted at or above it could not ship (DenseNet-121, AVX2:
+    60.6 ms planned against 57.5 alone; the split took 45 s to build and ran 132 ms)."""
+    calls = [_call(k, f"k{k}", [f"n{k}"]) for k in range(3)]
+    tvm = {(f"k{k}", 0): t for k, t in enumerate((100.0, 900.0, 100.0))}
+    ort = {"n0": 500.0, "n1": 200.0, "n2": 500.0}
+    plan = plan_split({0: calls}, {0: tvm}, ort, threads=2)
+    assert plan.moved and plan.saves_enough and plan.onnxruntime_us is None
+    assert plan.worth_building  # onnxruntime's whole time unknown: never taken as zero
+    cheap = plan_split({0: calls}, {0: tvm}, ort, threads=2, onnxruntime_us=plan.planned_us)
+    assert cheap.saves_enough and cheap.behind_onnxruntime and not cheap.worth_building
+    assert cheap.to_dict()["onnxruntime_us"] == round(plan.planned_us, 1)
+    slow = plan_split({0: calls}, {0: tvm}, ort, threads=2, onnxruntime_us=plan.planned_us * 1.1)
+    assert slow.worth_building and not slow.behind_onnxruntime
+
+
 def test_a_kernel_onnxruntime_could_not_price_stays_on_tvm():
     plan = _plan([(900, 100), (900, None), (900, 100)])
     assert plan.prices[1].backend == "tvm"
@@ -110,10 +127,16 @@ CHOOSING_KERNELS = {
 }
 
 
-def _priced(monkeypatch, onnxruntime_faster: set[str], measured: tuple[float, float]):
+def _priced(
+    monkeypatch,
+    onnxruntime_faster: set[str],
+    measured: tuple[float, float],
+    onnxruntime_whole_us: float | None = None,
+):
     """Every TVM kernel takes 1 ms; onnxruntime takes 1 us on the nodes named, 10 ms on
-    the others; the comparison of the builds gives ``measured`` (before, after). The
-    builds, the artifact and its runs are real."""
+    the others, and ``onnxruntime_whole_us`` on the whole model (None: unknown); the
+    comparison of the builds gives ``measured`` (before, after). The builds, the artifact
+    and its runs are real."""
     import engine.fusion.kernel_split as split
 
     def tvm_times(staging, fused, built, threads, feeds, runs=5):
@@ -126,7 +149,10 @@ def _priced(monkeypatch, onnxruntime_faster: set[str], measured: tuple[float, fl
         return times
 
     def ort_times(model, threads, feeds, window_s=0.5):
-        return {n.name: 1.0 if n.name in onnxruntime_faster else 10_000.0 for n in model.graph.node}
+        times = {
+            n.name: 1.0 if n.name in onnxruntime_faster else 10_000.0 for n in model.graph.node
+        }
+        return times, onnxruntime_whole_us
 
     monkeypatch.setattr(split, "tvm_kernel_times", tvm_times)
     monkeypatch.setattr(split, "onnxruntime_node_times", ort_times)
@@ -183,6 +209,32 @@ def test_a_kernel_onnxruntime_runs_faster_moves_there_when_the_split_measures_fa
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not (tmp_path / "c" / "split").exists()
+
+
+def test_a_split_onnxruntime_alone_outruns_is_not_built(save, tmp_path, monkeypatch):
+    from test_fusion_compile import conv_relu_conv
+
+    from engine.fusion import CompileConfig, compile_model
+
+    def not_built(*args, **kwargs):
+        raise AssertionError("the split was built")
+
+    # the plan: 1 ms on TVM + 2 us in onnxruntime + 2 switches; onnxruntime alone 0.5 ms
+    _priced(monkeypatch, {"conv2", "relu2"}, measured=(2.0, 1.0), onnxruntime_whole_us=500.0)
+    monkeypatch.setattr("engine.fusion.kernel_split._build_split", not_built)
+    _whole_model_wins(monkeypatch)
+    data = compile_model(
+        save(conv_relu_conv()), CompileConfig(str(tmp_path / "c"), **CHOOSING_KERNELS)
+    ).to_dict()
+    split = data["kernel_split"]
+    assert split["tried"] and not split["built"] and not split["kept"]
+    assert split["onnxruntime_us"] == 500.0
+    assert split["reason"].startswith("the plan (")
+    assert (
+        "no faster than the whole model in onnxruntime alone (0.500 ms, a plain "
+        in (split["reason"])
+    )
+    assert data["backend"] == "tvm" and not data["fallback_nodes"]
 
 
 def test_a_split_that_measures_no_faster_is_dropped_and_the_build_stays(
@@ -346,7 +398,7 @@ def test_the_instruments_overhead_does_not_reach_the_split_plan(save, tmp_path, 
     monkeypatch.setattr(
         split,
         "onnxruntime_node_times",
-        lambda model, *a, **k: {n.name: None for n in model.graph.node},
+        lambda model, *a, **k: ({n.name: None for n in model.graph.node}, None),
     )
     _whole_model_wins(monkeypatch)
     data = compile_model(

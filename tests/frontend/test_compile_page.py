@@ -221,3 +221,27 @@ def test_the_card_gives_the_speed_round_by_round_beside_the_fastest_rounds():
         "1.06× (each side's fastest round); round by round (the median of the rounds' own "
         "speeds, both sides timed one after the other in each): 1.06×, then 1.15×"
     ) in html
+
+
+def test_the_card_gives_the_kernel_split_beside_onnxruntime_alone():
+    result = copy.deepcopy(TUNED)
+    result["kernel_split"] = {
+        "tried": True,
+        "built": False,
+        "kept": False,
+        "method": "TVM kernels timed with the VM's instrument",
+        "tvm_us": 80348.0,
+        "planned_us": 68597.0,
+        "onnxruntime_us": 57534.0,
+        "moved": [],
+        "reason": "the plan (68.597 ms) is no faster than the whole model in onnxruntime "
+        "alone (57.534 ms, a plain session at 2 thread(s) on this worker), which ships "
+        "before such a mix",
+    }
+    html = " ".join(page(result).split())
+    assert "all on TVM 80348.0 µs of kernels, with the plan 68597.0 µs; the whole model" in html
+    assert "in a plain onnxruntime session 57534.0 µs (measured on the worker)." in html
+    assert "Not shipped: the plan (68.597 ms) is no faster than the whole model" in html
+
+    del result["kernel_split"]["onnxruntime_us"]  # a compile before it was timed
+    assert "plain onnxruntime session" not in page(result)
