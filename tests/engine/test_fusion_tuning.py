@@ -319,11 +319,12 @@ def test_a_tuned_kernel_slower_in_the_model_is_dropped_and_the_verdict_kept(
     stored with its record: a second compile builds nothing to check it again."""
     from engine.fusion import tuning as tuning_module
 
-    # Alone, every tuned kernel within 2.5x of its default counts as faster...
+    # Alone, every tuned kernel within 1000x of its default counts as faster (a few trials
+    # found schedules 2.5-4x slower than the default ones on an AVX2 CPU)...
     monkeypatch.setattr(
-        tuning_module, "_beats", lambda t, d: t is not None and (d is None or t < 2.5 * d)
+        tuning_module, "_beats", lambda t, d: t is not None and (d is None or t < 1e3 * d)
     )
-    # ...and in the model, the tuned build's kernels run ten times as long.
+    # ...and in the model, the tuned build's kernels run 10^4 times as long.
     real_load, real_times = tuning_module._load_build, tuning_module.kernel_times_us
     tuned_vms, loads = set(), []
 
@@ -336,7 +337,7 @@ def test_a_tuned_kernel_slower_in_the_model_is_dropped_and_the_verdict_kept(
 
     def times(vm, run, names, runs):
         return {
-            k: us * (10 if id(vm) in tuned_vms else 1)
+            k: us * (1e4 if id(vm) in tuned_vms else 1)
             for k, us in real_times(vm, run, names, runs).items()
         }
 
