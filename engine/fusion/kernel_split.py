@@ -16,10 +16,11 @@ priced both ways on this worker, at the artifact's threads:
 A dynamic program over the kernels in launch order then picks each kernel's backend so
 that the kernels' times plus the cost of every switch between the backends is least. A
 switch costs a runtime call (``SWITCH_US``) plus the tensor crossing it at
-``SWITCH_GBPS``. Only a plan predicted to save at least ``MIN_GAIN`` of the TVM time, and to run faster than the
-whole model in onnxruntime alone (its plain session's time: onnxruntime alone is timed
-at the end of the compile and ships before any mix not faster than it), is built; the compile then times the new build against the one it had, in one process,
-rounds alternating, and keeps the split only if it measured faster by ``KEEP_MARGIN``:
+``SWITCH_GBPS``. Only a plan predicted to save at least ``MIN_GAIN`` of the TVM time,
+and to run faster than the whole model in onnxruntime alone (its plain session's time:
+onnxruntime alone is timed at the end of the compile and ships before any mix not faster
+than it), is built; the compile then times the new build against the one it had, in one
+process, rounds alternating, and keeps the split only if it measured faster by ``KEEP_MARGIN``:
 the prediction chooses what to try, a measurement what ships. The whole-model check
 against onnxruntime alone (``backend_choice``) still follows.
 """
@@ -136,7 +137,7 @@ class SplitPlan:
         the compile times at its end and ships before a mix that does not beat it: such a
         split cannot ship. DenseNet-121 on an AMD EPYC Zen 3 (AVX2): its plan moved one
         unit holding 74 of the 80 ms of TVM kernels (60.6 ms planned, onnxruntime alone
-        57.5); the split took 45 s to build and ran 132 ms against 81. Over 15 splits
+        57.5); the split took 45 s to build and ran 132 ms against 81. Over 16 splits
         built in three runs of the 36 models (Zen 3, Zen 4, a Xeon), each of the 7 planned
         at or above onnxruntime's time shipped onnxruntime alone."""
         return self.onnxruntime_us is not None and self.planned_us >= self.onnxruntime_us
