@@ -284,6 +284,45 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
 
 
 @pytest.mark.parametrize(
+    ("window", "registers", "blocked"),
+    [(1, 16, True), (3, 16, True), (1, 32, False), (3, 32, False)],
+)
+def test_a_conv_over_a_small_plane_reduces_in_channel_blocks_on_avx2(window, registers, blocked):
+    """On a target with 16 vector registers (AVX2), a blocked conv over a 7x7 plane runs
+    its input channels in blocks, each over all the register tiles of a thread's share
+    (the block's weights stay in L1); on AVX-512 (32 registers) each tile runs its whole
+    reduction as before. Exact either way."""
+    import tvm
+    from tvm import te
+
+    from engine.fusion.lowering import _conv_window_inside
+    from engine.fusion.schedules import CpuScheduleConfig, schedule_cpu
+
+    channels, pad = 256 if window == 1 else 64, window // 2
+    data = te.placeholder((1, channels // 16, 7, 7, 16), name="data")
+    kernel = te.placeholder((2, channels // 16, 16, window, window, 16), name="kernel")
+    conv = _conv_window_inside(data, kernel, [1, 1], [pad] * 4, [1, 1], "float32")
+    config = CpuScheduleConfig(8 if registers == 16 else 16, vector_registers=registers)
+    scheduled, kind = schedule_cpu(te.create_prim_func([data, kernel, conv]), config)
+    assert kind == "tiled"
+    text = scheduled.script()
+    # a channel-block loop outside the row tiles' loop, the block's channels inside it
+    assert bool(re.search(r"for ic_\w+, .*\bow_0\b.*, ic_\w+", text)) == blocked
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, channels // 16, 7, 7, 16)).astype("float32")
+    w = rng.standard_normal((2, channels // 16, 16, window, window, 16)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 2, 7, 7, 16), "float32"))
+    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+    xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)])
+    expected = np.zeros((1, 2, 7, 7, 16), "float32")
+    for kh in range(window):
+        for kw in range(window):
+            patch = xp[0, :, kh : kh + 7, kw : kw + 7, :]  # [ic chunk, h, w, ic]
+            expected[0] += np.einsum("chwi,kcio->khwo", patch, w[:, :, :, kh, kw, :])
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(
     ("width", "stride", "window", "lanes", "columns"),
     [
         (12, 1, 3, 16, 4),  # four columns divide the width
