@@ -290,12 +290,12 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
     if rest is None and len(reduce) == 3:  # a conv with a window: ic, kh, kw
         channel, chunk = reduce[0], _WINDOW_BLOCK
     inside = _reduce_blocks(sch, outer, channel, chunk, len(reduce), tile, config)
-    block, share = None, outer
+    blocks, share = None, outer
     if inside:
         at = reduce.index(channel)
-        block, reduce[at] = sch.split(channel, [None, chunk])
+        blocks, reduce[at] = sch.split(channel, [None, chunk])
         share = outer[:-inside]
-        sch.reorder(*share, block, *outer[-inside:], *reduce, *inner, vec_i)
+        sch.reorder(*share, blocks, *outer[-inside:], *reduce, *inner, vec_i)
         sch.reverse_compute_at(writeback, share[-1])
     else:
         sch.reorder(*outer, *reduce, *inner, vec_i)
@@ -311,14 +311,14 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
     # outer ones hold) unless the loops outside it leave too few shares to spread: a
     # matrix-vector product (one row) then ran on one thread however many were asked for.
     shares = math.prod(_extents(sch, outer[:-1]))
-    if block is not None:  # the share's loops, all of them (``_reduce_blocks`` kept enough)
+    if blocks is not None:  # the share's loops, all of them (``_reduce_blocks`` kept enough)
         parallel = sch.fuse(*share) if len(share) > 1 else share[0]
     elif shares < _MIN_SHARES and len(outer) > 1:
         parallel = sch.fuse(*outer)
     else:
         parallel = sch.fuse(*outer[:-1]) if len(outer) > 2 else outer[0]
     sch.parallel(parallel)
-    sch.decompose_reduction(anchor, block if block is not None else reduce[0])
+    sch.decompose_reduction(anchor, blocks if blocks is not None else reduce[0])
     for block in _blocks(sch):
         if sch.get(block).name_hint not in (name, f"{name}_init") and not _is_under(
             sch, block, parallel
