@@ -290,16 +290,13 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
     if rest is None and len(reduce) == 3:  # a conv with a window: ic, kh, kw
         channel, chunk = reduce[0], _WINDOW_BLOCK
     inside = _reduce_blocks(sch, outer, channel, chunk, len(reduce), tile, config)
-    blocks, share = None, outer
+    blocks, share, held = None, outer, []
     if inside:
         at = reduce.index(channel)
         blocks, reduce[at] = sch.split(channel, [None, chunk])
-        share = outer[:-inside]
-        sch.reorder(*share, blocks, *outer[-inside:], *reduce, *inner, vec_i)
-        sch.reverse_compute_at(writeback, share[-1])
-    else:
-        sch.reorder(*outer, *reduce, *inner, vec_i)
-        sch.reverse_compute_at(writeback, outer[-1])
+        share, held = outer[:-inside], [blocks, *outer[-inside:]]
+    sch.reorder(*share, *held, *reduce, *inner, vec_i)
+    sch.reverse_compute_at(writeback, share[-1])
     widened = tile.fan if tile.fan_axis == tile.vector_axis else 1
     _vectorize_innermost(sch, writeback, tile.vector * widened)
     # Loop annotations first: after decompose_reduction the update block no longer
@@ -310,10 +307,9 @@ def _tiled(sch, config: CpuScheduleConfig) -> bool:
     # The last outer loop stays inside each thread's share (its tiles reuse what the
     # outer ones hold) unless the loops outside it leave too few shares to spread: a
     # matrix-vector product (one row) then ran on one thread however many were asked for.
-    shares = math.prod(_extents(sch, outer[:-1]))
     if blocks is not None:  # the share's loops, all of them (``_reduce_blocks`` kept enough)
         parallel = sch.fuse(*share) if len(share) > 1 else share[0]
-    elif shares < _MIN_SHARES and len(outer) > 1:
+    elif math.prod(_extents(sch, outer[:-1])) < _MIN_SHARES and len(outer) > 1:
         parallel = sch.fuse(*outer)
     else:
         parallel = sch.fuse(*outer[:-1]) if len(outer) > 2 else outer[0]

@@ -255,7 +255,6 @@ def test_rows_no_tile_divides_are_padded_not_predicated(lanes):
 def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     """A 1x1 conv's channel loop (a matmul's K) has the body of one step: it is unrolled
     by 4; a conv with a window keeps its loops as they are."""
-    import tvm
     from tvm import te
 
     from engine.fusion.lowering import _conv_window_inside
@@ -269,18 +268,28 @@ def test_a_lone_reduction_loop_is_unrolled_by_four_and_stays_exact(window):
     assert kind == "tiled"
     text = scheduled.script()
     assert ("T.unroll(4)" in text) == (window == 1)
+    _assert_blocked_conv_exact(scheduled, 2, 9, window, 1e-4)
+
+
+def _assert_blocked_conv_exact(scheduled, chunks: int, size: int, window: int, tol: float):
+    """Run ``scheduled``, a stride-1 same-padded conv of ``chunks`` input blocks of 16 into
+    two output blocks of 16 on a ``size`` x ``size`` plane (NCHW16c, weights with the
+    window inside the input block), on random values; compare with numpy."""
+    import tvm
+
+    pad = window // 2
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 2, 9, 9, 16)).astype("float32")
-    w = rng.standard_normal((2, 2, 16, window, window, 16)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((1, 2, 9, 9, 16), "float32"))
+    x = rng.standard_normal((1, chunks, size, size, 16)).astype("float32")
+    w = rng.standard_normal((2, chunks, 16, window, window, 16)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 2, size, size, 16), "float32"))
     tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
     xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)])
-    expected = np.zeros((1, 2, 9, 9, 16), "float32")
+    expected = np.zeros((1, 2, size, size, 16), "float32")
     for kh in range(window):
         for kw in range(window):
-            patch = xp[0, :, kh : kh + 9, kw : kw + 9, :]  # [ic chunk, h, w, ic]
+            patch = xp[0, :, kh : kh + size, kw : kw + size, :]  # [ic chunk, h, w, ic]
             expected[0] += np.einsum("chwi,kcio->khwo", patch, w[:, :, :, kh, kw, :])
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize(
@@ -292,7 +301,6 @@ def test_a_conv_over_a_small_plane_reduces_in_channel_blocks_on_avx2(window, reg
     its input channels in blocks, each over all the register tiles of a thread's share
     (the block's weights stay in L1); on AVX-512 (32 registers) each tile runs its whole
     reduction as before. Exact either way."""
-    import tvm
     from tvm import te
 
     from engine.fusion.lowering import _conv_window_inside
@@ -308,18 +316,7 @@ def test_a_conv_over_a_small_plane_reduces_in_channel_blocks_on_avx2(window, reg
     text = scheduled.script()
     # a channel-block loop outside the row tiles' loop, the block's channels inside it
     assert bool(re.search(r"for ic_\w+, .*\bow_0\b.*, ic_\w+", text)) == blocked
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, channels // 16, 7, 7, 16)).astype("float32")
-    w = rng.standard_normal((2, channels // 16, 16, window, window, 16)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((1, 2, 7, 7, 16), "float32"))
-    tvm.compile(scheduled, target="llvm")(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
-    xp = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad), (0, 0)])
-    expected = np.zeros((1, 2, 7, 7, 16), "float32")
-    for kh in range(window):
-        for kw in range(window):
-            patch = xp[0, :, kh : kh + 7, kw : kw + 7, :]  # [ic chunk, h, w, ic]
-            expected[0] += np.einsum("chwi,kcio->khwo", patch, w[:, :, :, kh, kw, :])
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-3, atol=1e-3)
+    _assert_blocked_conv_exact(scheduled, channels // 16, 7, window, 1e-3)
 
 
 @pytest.mark.parametrize(
